@@ -1,0 +1,78 @@
+"""Test wiring for the docs.
+
+`pytest --codeblocks` collects the runnable code blocks of every page in docs/ (both languages)
+through this file, not through pytest-codeblocks' own collector: ours expands `--8<--` includes,
+runs each block in a fresh process as a reader would, and compares its output with the recording
+named on the page. pytest-codeblocks still provides the `--codeblocks` switch and the parser
+(`extract_from_buffer`), so the page syntax and markers are its own; its collector is switched off
+here so that every block is collected exactly once.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import pages
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-outputs", action="store_true",
+                     help="rewrite recorded outputs (outputs/<device class>/...) from real runs")
+
+
+def pytest_configure(config):
+    plugin = config.pluginmanager.get_plugin("codeblocks")
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin)  # keep its --codeblocks option, not its collector
+    dev = pages.device()
+    config.stash[DEVICE] = dev
+
+
+DEVICE = pytest.StashKey[dict]()
+
+
+def pytest_report_header(config):
+    dev = config.stash[DEVICE]
+    return [f"docs device class: {dev['class']} ({dev['desc']}); torch {dev['torch']}"]
+
+
+def pytest_collect_file(file_path, parent):
+    if (parent.config.option.codeblocks and file_path.suffix == ".md"
+            and pages.DOCS in file_path.parents):
+        return PageFile.from_parent(parent, path=file_path)
+
+
+class PageFile(pytest.File):
+    def collect(self):
+        for block in pages.blocks(self.path):
+            item = BlockItem.from_parent(self, name=block.title, block=block)
+            for mark in block.marks:
+                item.add_marker(eval(mark, {"pytest": pytest, "sys": sys}))
+            yield item
+
+
+class BlockItem(pytest.Item):
+    def __init__(self, *, block, **kwargs):
+        super().__init__(**kwargs)
+        self.block = block
+
+    def runtest(self):
+        pages.check(self.block, update=self.config.option.update_outputs)
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, pages.Mismatch):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, self.block.lineno - 1, self.name
+
+
+def pytest_collection_modifyitems(config, items):
+    """needs_cuda / needs_2_gpus: skip where the hardware is missing, with the reason shown."""
+    for item in items:
+        reason = pages.unmet([f"pytest.mark.{m.name}" for m in item.iter_markers()])
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))

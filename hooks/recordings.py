@@ -1,0 +1,113 @@
+"""Recorded outputs: the one place where the outputs shown on pages live.
+
+A page runs an example with a ``bash`` block and names its recording on the next line:
+
+    ```bash
+    python snippets/devices/basics.py
+    ```
+    <!-- output: devices/basics -->
+
+The recording for each device class is ``outputs/<class>/<key>.txt``: a few ``#:`` header lines
+(command, exit status, torch, device, date) and then the combined stdout/stderr of a real run.
+The tests compare new runs against it; ``pytest --update-outputs`` rewrites it; the MkDocs hook
+(``hooks/outputs.py``) renders it on the page. Both import this module, so there is one format.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUTS = ROOT / "outputs"
+
+# Device classes, in the order the page shows them as tabs.
+CLASSES = ("cpu", "gpu")
+
+# <!-- output: chapter/topic -->  or  <!-- output: chapter/topic exit=2 -->
+DIRECTIVE = re.compile(r"^<!--\s*output:\s*(?P<key>[\w./-]+)(?P<opts>(?:\s+\w+=\S+)*)\s*-->\s*$")
+
+# What varies from run to run and is masked before outputs are compared. Only these: everything
+# else an example prints must be reproducible. Snippets print measured values with a unit
+# (``12.3 ms``, ``4.1 GB/s``, ``3.2x``) so that these rules find them.
+_NUM = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+VOLATILE = [
+    (re.compile(r"0x[0-9a-fA-F]{6,}"), "0x<addr>"),
+    (re.compile(rf"{_NUM} ?(?:ns|us|µs|ms|s)\b"), "<time>"),
+    (re.compile(rf"{_NUM} ?(?:[KMGT]i?B/s|GFLOP/s|TFLOP/s|it/s|steps/s|samples/s)"), "<rate>"),
+    (re.compile(rf"{_NUM} ?x\b"), "<ratio>x"),
+    (re.compile(r"\bpid[ =]\d+"), "pid <pid>"),
+]
+
+
+def normalise(text: str) -> str:
+    """Mask the volatile parts of an output (see VOLATILE) and trailing whitespace."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    text = "\n".join(lines).strip("\n") + "\n"
+    for pattern, repl in VOLATILE:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def is_volatile(text: str) -> bool:
+    return normalise(text) != "\n".join(l.rstrip() for l in text.split("\n")).strip("\n") + "\n"
+
+
+@dataclass
+class Recording:
+    key: str
+    device_class: str
+    body: str
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return path_for(self.device_class, self.key)
+
+    @property
+    def exit(self) -> int:
+        return int(self.meta.get("exit", 0))
+
+    def dump(self) -> str:
+        head = "".join(f"#: {k}: {v}\n" for k, v in self.meta.items())
+        return head + self.body
+
+
+def path_for(device_class: str, key: str) -> Path:
+    return OUTPUTS / device_class / f"{key}.txt"
+
+
+def load(device_class: str, key: str) -> Recording | None:
+    path = path_for(device_class, key)
+    if not path.exists():
+        return None
+    meta, body = {}, []
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    i = 0
+    while i < len(lines) and lines[i].startswith("#: "):
+        name, _, value = lines[i][3:].rstrip("\n").partition(": ")
+        meta[name] = value
+        i += 1
+    body = "".join(lines[i:])
+    return Recording(key, device_class, body, meta)
+
+
+def save(rec: Recording) -> Path:
+    rec.path.parent.mkdir(parents=True, exist_ok=True)
+    rec.path.write_text(rec.dump(), encoding="utf-8")
+    return rec.path
+
+
+def parse_directive(line: str) -> tuple[str, dict] | None:
+    m = DIRECTIVE.match(line.strip())
+    if not m:
+        return None
+    opts = dict(o.split("=", 1) for o in m.group("opts").split())
+    return m.group("key"), opts
+
+
+def short_gpu_name(device: str) -> str:
+    """'NVIDIA H100 80GB HBM3 ×1, CUDA 13.0' -> 'H100' (for a tab label)."""
+    m = re.search(r"\b([A-Z]{1,3}\d{2,4}[A-Za-z]*)\b", device)
+    return m.group(1) if m else "GPU"

@@ -1,0 +1,33 @@
+"""Every snippet module is included by a page and run by a page's command, and its run matches
+the recorded output. (With --codeblocks the page blocks themselves are collected as well; a
+command that appears more than once runs once per session.)"""
+
+from __future__ import annotations
+
+import pytest
+
+import pages
+
+ALL_BLOCKS = [b for p in pages.pages() for b in pages.blocks(p)]
+SNIPPET_FILES = sorted(p.relative_to(pages.ROOT).as_posix() for p in pages.SNIPPETS.rglob("*.py"))
+INCLUDED = {inc.split(":")[0] for p in pages.pages() for inc in pages.includes(p)}
+
+
+@pytest.mark.parametrize("path", SNIPPET_FILES)
+def test_snippet_is_shown_on_a_page(path):
+    assert path in INCLUDED, f"{path}: no page includes it (--8<-- \"{path}:section\")"
+
+
+@pytest.mark.parametrize("path", SNIPPET_FILES)
+def test_snippet_runs(path, request):
+    runs = {b.code: b for b in ALL_BLOCKS if path in b.snippets}
+    assert runs, f"{path}: no page runs it (a ```bash block with `python {path}` or `torchrun ... {path}`)"
+    skipped = []
+    for block in runs.values():
+        reason = pages.unmet(block.marks)
+        if reason:
+            skipped.append(reason)
+            continue
+        pages.check(block, update=request.config.option.update_outputs)
+    if len(skipped) == len(runs):
+        pytest.skip(skipped[0])
