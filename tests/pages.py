@@ -146,8 +146,10 @@ def _env() -> dict:
     shim = Path(tempfile.gettempdir()) / f"gpu-by-example-bin-{os.getuid()}"
     shim.mkdir(exist_ok=True)
     link = shim / "python"
-    if not link.exists():
+    try:
         link.symlink_to(sys.executable)
+    except FileExistsError:
+        pass
     env["PATH"] = os.pathsep.join([str(shim), str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONUNBUFFERED"] = "1"  # keep stdout and stderr in the order they were written
     env.pop("PYTEST_CURRENT_TEST", None)
