@@ -32,11 +32,12 @@ DIRECTIVE = re.compile(r"^<!--\s*output:\s*(?P<key>[\w./-]+)(?P<opts>(?:\s+\w+=\
 # else an example prints must be reproducible. Snippets print measured values with a unit
 # (``12.3 ms``, ``4.1 GB/s``, ``3.2x``) so that these rules find them.
 _NUM = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+# Padding before a masked value (``f"{t:8.1f} ms"``) is masked with it.
 VOLATILE = [
     (re.compile(r"0x[0-9a-fA-F]{6,}"), "0x<addr>"),
-    (re.compile(rf"{_NUM} ?(?:ns|us|µs|ms|s)\b"), "<time>"),
-    (re.compile(rf"{_NUM} ?(?:[KMGT]i?B/s|GFLOP/s|TFLOP/s|it/s|steps/s|samples/s)"), "<rate>"),
-    (re.compile(rf"{_NUM} ?x\b"), "<ratio>x"),
+    (re.compile(rf"(?:(?<=\s)[ \t]+)?{_NUM} ?(?:ns|us|µs|ms|s)\b"), "<time>"),
+    (re.compile(rf"(?:(?<=\s)[ \t]+)?{_NUM} ?(?:[KMGT]i?B/s|GFLOP/s|TFLOP/s|it/s|steps/s|samples/s)"), "<rate>"),
+    (re.compile(rf"(?:(?<=\s)[ \t]+)?{_NUM} ?x\b"), "<ratio>x"),
     (re.compile(r"\bpid[ =]\d+"), "pid <pid>"),
 ]
 
