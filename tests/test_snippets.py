@@ -31,3 +31,19 @@ def test_snippet_runs(path, request):
         pages.check(block, update=request.config.option.update_outputs)
     if len(skipped) == len(runs):
         pytest.skip(skipped[0])
+
+
+GPU_ONLY = sorted({p for p in SNIPPET_FILES
+                   if (uses := [b for b in ALL_BLOCKS if p in b.snippets])
+                   and all(any(m.startswith("pytest.mark.needs_") for m in b.marks) for b in uses)})
+
+
+@pytest.mark.parametrize("path", GPU_ONLY)
+def test_gpu_only_snippet_refuses_to_run_without_gpu(path):
+    """Never a silent success: without the GPUs it needs, a GPU-only program exits non-zero and says why."""
+    runs = [b for b in ALL_BLOCKS if path in b.snippets]
+    if pages.unmet(runs[0].marks) is None:
+        pytest.skip("this machine has the GPUs it needs: the program itself is run by test_snippet_runs")
+    res = pages.run(pages.Block(pages.ROOT / path, 0, "bash", f"python {path}\n"))
+    assert res.exit != 0, f"{path} exited 0 without a GPU:\n{res.output}"
+    assert "GPU" in res.output and "Traceback" not in res.output, res.output

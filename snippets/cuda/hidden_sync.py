@@ -1,0 +1,81 @@
+"""Operations that make the host wait for the GPU, measured inside a small training loop."""
+
+import contextlib
+import io
+import sys
+import time
+import warnings
+
+import torch
+from torch import nn
+
+if not torch.cuda.is_available():
+    sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(256, 1024, device="cuda")
+
+
+def step() -> torch.Tensor:
+    opt.zero_grad(set_to_none=True)
+    out = model(x)
+    loss = out.square().mean()
+    loss.backward()
+    opt.step()
+    return out
+
+
+# --8<-- [start:variants]
+def nothing(out, log):
+    log.append(out.detach().mean())  # stays on the GPU
+
+
+def item(out, log):
+    log.append(out.mean().item())  # waits for the GPU
+
+
+def cpu(out, log):
+    log.append(out.mean().cpu())  # waits too
+
+
+def printing(out, log):
+    print(out.mean())  # formatting needs the value: waits
+
+
+def nonzero(out, log):
+    log.append((out > 3).nonzero().shape[0])  # output size depends on the data: waits
+# --8<-- [end:variants]
+
+
+def run(variant, steps=200) -> float:
+    log = []
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):  # keep the printed tensors off the screen
+        for _ in range(steps):
+            variant(step(), log)
+    if variant is nothing:
+        torch.stack(log).cpu()  # read the GPU-side log once, at the end
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+# --8<-- [start:measure]
+run(nothing, 20)  # warm-up
+base = run(nothing)
+print(torch.cuda.get_device_name(), "| 200 training steps")
+for variant in (nothing, item, cpu, printing, nonzero):
+    ms = base if variant is nothing else run(variant)
+    print(f"{variant.__name__:9} {ms:8.1f} ms   vs keeping it on the GPU: {ms / base:.2f}x")
+# --8<-- [end:measure]
+
+# --8<-- [start:debug]
+torch.cuda.set_sync_debug_mode("warn")  # report every synchronizing call
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    step().mean().item()
+torch.cuda.set_sync_debug_mode("default")
+print("sync debug mode caught:", [str(w.message) for w in caught])
+# --8<-- [end:debug]

@@ -1,0 +1,56 @@
+"""TF32 and bfloat16 autocast against full float32: speed and error of a 10240 x 10240 matmul."""
+
+import sys
+
+import torch
+
+if not torch.cuda.is_available():
+    sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")
+
+n = 10240
+torch.manual_seed(0)
+a64 = torch.randn(n, n, dtype=torch.float64, device="cuda")
+b64 = torch.randn(n, n, dtype=torch.float64, device="cuda")
+ref = a64 @ b64  # float64 reference
+a, b = a64.float(), b64.float()
+
+
+def measure(matmul, reps=10):
+    out = matmul()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        matmul()
+    end.record()
+    end.synchronize()
+    ms = start.elapsed_time(end) / reps
+    # the error measure of PyTorch's CUDA notes: max abs error / mean abs value
+    error = ((out.double() - ref).abs().max() / ref.abs().mean()).item()
+    return ms, error
+
+
+# --8<-- [start:precision]
+torch.set_float32_matmul_precision("highest")  # full float32 (the default)
+fp32 = measure(lambda: a @ b)
+
+torch.set_float32_matmul_precision("high")  # float32 matmuls may use TF32 tensor cores
+print("allow_tf32 now:", torch.backends.cuda.matmul.allow_tf32)
+tf32 = measure(lambda: a @ b)
+torch.set_float32_matmul_precision("highest")
+
+
+def bf16_autocast():
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return a @ b  # computed in bfloat16, returned as bfloat16
+
+
+bf16 = measure(bf16_autocast)
+# --8<-- [end:precision]
+
+# --8<-- [start:table]
+print(torch.cuda.get_device_name(), f"| {n} x {n} matmul")
+flop = 2 * n**3
+for name, (ms, err) in {"float32": fp32, "tf32": tf32, "bf16 autocast": bf16}.items():
+    print(f"{name:14} {ms:8.2f} ms {flop / ms / 1e9:8.1f} TFLOP/s  rel. error {err:.1e}"
+          f"  speed-up {fp32[0] / ms:.1f}x")
+# --8<-- [end:table]
