@@ -10,6 +10,7 @@ here so that every block is collected exactly once.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -68,6 +69,23 @@ class BlockItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, self.block.lineno - 1, self.name
+
+
+def pytest_collection_finish(session):
+    """Run the selected blocks in the background, DOCS_JOBS (default: the number of cores) at a time."""
+    blocks = []
+    for item in session.items:
+        if isinstance(item, BlockItem):
+            blocks.append(item.block)
+        elif getattr(item, "originalname", "") == "test_snippet_runs":
+            path = item.callspec.params["path"]
+            blocks += [b for b in _all_blocks() if path in b.snippets]
+    jobs = int(os.environ.get("DOCS_JOBS", os.cpu_count() or 1))
+    pages.prefetch(blocks, jobs)
+
+
+def _all_blocks():
+    return [b for p in pages.pages() for b in pages.blocks(p)]
 
 
 def pytest_collection_modifyitems(config, items):
