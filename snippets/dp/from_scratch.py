@@ -81,3 +81,17 @@ for batch, n in [(30, 2), (30, 3), (10, 3)]:
     assert diff < 1e-6, f"from-scratch DP disagrees with the full batch: {diff}"
 print("gradients match the full-batch gradients")
 # --8<-- [end:check]
+
+# --8<-- [start:loss-inside]
+# A loss computed inside forward comes back as one value per replica. Their mean is not the
+# full-batch loss when the chunks differ in size: 10 samples on 3 replicas are split 4/4/2.
+x, y = torch.randn(10, 5), torch.randn(10, 2)
+with torch.no_grad():
+    parts = list(zip(scatter(x, 3), scatter(y, 3)))
+    per_replica = torch.stack([loss_fn(model(a), b) for a, b in parts])
+    weights = torch.tensor([len(a) for a, _ in parts]) / len(x)
+    print(f"losses of the replicas (sizes {[len(a) for a, _ in parts]}):",
+          [round(v, 4) for v in per_replica.tolist()])
+    print(f"their mean {per_replica.mean():.4f}, weighted by size {(per_replica * weights).sum():.4f}, "
+          f"full batch {loss_fn(model(x), y):.4f}")
+# --8<-- [end:loss-inside]
