@@ -9,10 +9,12 @@ print("GPUs visible:", torch.cuda.device_count())
 # --8<-- [start:wrapper]
 torch.manual_seed(0)
 model = nn.Linear(5, 2)
-dp = nn.DataParallel(model, device_ids=[0, 1])
 x = torch.randn(30, 5)
-print("device_ids:", dp.device_ids, "| dp.module is model:", dp.module is model)
-if not dp.device_ids:  # no accelerator: forward just calls the module
+if torch.cuda.is_available():
+    print("this machine has a GPU: DataParallel uses it (see the other sections)")
+else:
+    dp = nn.DataParallel(model, device_ids=[0, 1])  # GPUs that do not exist: no error
+    print("device_ids:", dp.device_ids, "| dp.module is model:", dp.module is model)
     print("dp(x) equals model(x):", torch.equal(dp(x), model(x)))
 # --8<-- [end:wrapper]
 

@@ -17,7 +17,10 @@ def first_line(e):
 
 # --8<-- [start:device-ids]
 model = nn.Linear(5, 2)  # still on the CPU
-dp = nn.DataParallel(model, device_ids=[0, 1], output_device=1)
+if n_gpus >= 2:
+    dp = nn.DataParallel(model, device_ids=[0, 1], output_device=1)
+else:  # all GPUs: none here, or one (and then the constructor moves the model to it)
+    dp = nn.DataParallel(model)
 print("device_ids kept by DataParallel:", dp.device_ids)
 try:
     out = dp(torch.randn(30, 5))
