@@ -1,0 +1,87 @@
+"""The same training loop with DataParallel and with DistributedDataParallel, side by side.
+
+Run with: torchrun --standalone --nproc-per-node=2 snippets/dp/dp_vs_ddp.py
+Rank 0 also runs the DataParallel version and checks that both end with the same weights.
+"""
+
+import gc
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+torch.manual_seed(0)
+dataset = TensorDataset(torch.randn(100, 5), torch.randn(100, 1))
+BATCH = 30  # the global batch: what one optimizer step sees in both versions
+
+
+# --8<-- [start:common]
+def make_model():
+    torch.manual_seed(1)  # the same initial weights everywhere
+    return nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 1))
+
+
+def train(model, loader, device, average_loss=lambda loss: loss):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(average_loss(loss.detach()).item())
+    return losses
+# --8<-- [end:common]
+
+
+# --8<-- [start:dp]
+def train_dp():
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    model = make_model().to(device)
+    if torch.cuda.device_count() > 1:
+        model = nn.DataParallel(model)  # one process drives every GPU
+    loader = DataLoader(dataset, batch_size=BATCH)  # whole batches; DP splits each one
+    losses = train(model, loader, device)
+    inner = model.module if isinstance(model, nn.DataParallel) else model
+    return losses, inner
+# --8<-- [end:dp]
+
+
+# --8<-- [start:ddp]
+def train_ddp():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    model = DDP(make_model().to(device), device_ids=[local_rank] if device.type == "cuda" else None)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False)
+    loader = DataLoader(dataset, batch_size=BATCH // world, sampler=sampler)  # this rank's share
+
+    def average_loss(loss):  # for printing only: DDP already averages the gradients
+        dist.all_reduce(loss)
+        return loss / world
+
+    losses = train(model, loader, device, average_loss)
+    return losses, model
+# --8<-- [end:ddp]
+
+
+# --8<-- [start:main]
+backend = "nccl" if torch.cuda.is_available() else "gloo"
+dist.init_process_group(backend, timeout=timedelta(seconds=60))
+ddp_losses, ddp_model = train_ddp()
+if dist.get_rank() == 0:
+    dp_losses, dp_model = train_dp()
+    for i, (a, b) in enumerate(zip(dp_losses, ddp_losses), 1):
+        print(f"step {i}: DataParallel loss {a:.4f} | DDP on {dist.get_world_size()} processes loss {b:.4f}")
+    diff = max((p.detach().cpu() - q.detach().cpu()).abs().max().item()
+               for p, q in zip(dp_model.parameters(), ddp_model.module.parameters()))
+    print(f"max abs difference of the final weights: {diff:.1e}")
+    assert diff < 1e-5, f"DP and DDP disagree: {diff}"
+del ddp_model
+gc.collect()
+dist.destroy_process_group()
+# --8<-- [end:main]
