@@ -88,7 +88,7 @@ sizes = [None] * world
 dist.all_gather_object(sizes, len(full))
 show(f"full state dict: {sizes} tensors per rank (rank 0 gets all of them, on the CPU)")
 if rank == 0:  # plain tensors: torch.save(full, ...) writes a file that loads without FSDP
-    show(sorted({f"{type(t).__name__} on {t.device}" for t in full.values()}))
+    show("rank 0's full state dict holds:", {f"{type(t).__name__} on {t.device}" for t in full.values()})
 # --8<-- [end:full-state-dict]
 
 # --8<-- [start:dcp]
