@@ -35,7 +35,7 @@ def show(*args):
 
 
 def max_diff(a, b):
-    d = torch.tensor(max((x - y).abs().max().item() for x, y in zip(a, b)))
+    d = torch.tensor(max((x - y).abs().max().item() for x, y in zip(a, b)), device=device)
     dist.all_reduce(d, op=dist.ReduceOp.MAX)
     return d.item()
 

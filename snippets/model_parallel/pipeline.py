@@ -5,6 +5,7 @@ Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 snippets/model_p
 """
 
 import copy
+import gc
 import os
 from datetime import timedelta
 
@@ -17,6 +18,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if torch.cuda.device_count() >= world:
     device, backend = torch.device("cuda", int(os.environ["LOCAL_RANK"])), "nccl"
+    torch.cuda.set_device(device)
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, device_id=device if backend == "nccl" else None,
@@ -75,5 +77,6 @@ if rank == 0:
         print(f"p={p} stages, m={m:2d} micro-batches: bubble (p-1)/(m+p-1) = {(p - 1) / (m + p - 1):.0%}")
 # --8<-- [end:bubble]
 
-del schedule, stage
+del schedule, stage, part
+gc.collect()
 dist.destroy_process_group()

@@ -19,6 +19,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if torch.cuda.device_count() >= world:
     device, backend = torch.device("cuda", int(os.environ["LOCAL_RANK"])), "nccl"
+    torch.cuda.set_device(device)
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, device_id=device if backend == "nccl" else None,

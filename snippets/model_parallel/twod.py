@@ -20,6 +20,7 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 assert world == 4, "run with --nproc-per-node=4"
 if torch.cuda.device_count() >= world:
     device, backend = torch.device("cuda", int(os.environ["LOCAL_RANK"])), "nccl"
+    torch.cuda.set_device(device)
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, device_id=device if backend == "nccl" else None,
@@ -79,10 +80,10 @@ def my_piece(full, tp_dim):
 
 
 tp_dims = {"up.weight": 0, "up.bias": 0, "down.weight": 1, "down.bias": None}
-diff = torch.zeros(())
+diff = torch.zeros((), device=device)
 for (name, p), q in zip(model.named_parameters(), ref.parameters()):
     piece = my_piece(q.detach(), tp_dims[name.split(".", 1)[1]])
-    diff = torch.maximum(diff, (p.to_local() - piece).abs().max().cpu())
+    diff = torch.maximum(diff, (p.to_local() - piece).abs().max())
 dist.all_reduce(diff, op=dist.ReduceOp.MAX)
 if rank == 0:
     print(f"after 3 SGD steps, max abs diff of every rank's shards from one process: {diff.item():.1e}")
