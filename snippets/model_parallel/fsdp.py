@@ -1,0 +1,144 @@
+"""Fully sharded data parallel with FSDP2 (fully_shard): sharded parameters, training equal to
+one process, mixed precision, full and distributed checkpoints, CPU offload.
+
+Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 snippets/model_parallel/fsdp.py
+"""
+
+import copy
+import gc
+import os
+import shutil
+import tempfile
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     set_model_state_dict)
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if torch.cuda.device_count() >= world:
+    device, backend = torch.device("cuda", int(os.environ["LOCAL_RANK"])), "nccl"
+    torch.cuda.set_device(device)
+else:
+    device, backend = torch.device("cpu"), "gloo"
+dist.init_process_group(backend, device_id=device if backend == "nccl" else None,
+                        timeout=timedelta(seconds=60))
+
+
+def show(*args):
+    if rank == 0:
+        print(*args)
+
+
+def max_diff(a, b):
+    d = torch.tensor(max((x - y).abs().max().item() for x, y in zip(a, b)), device=device)
+    dist.all_reduce(d, op=dist.ReduceOp.MAX)
+    return d.item()
+
+
+show(f"{world} processes on {device.type} ({backend})")
+
+# --8<-- [start:shard]
+def make_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
+                         nn.Linear(128, 4)).to(device)
+
+
+ref = make_model()  # the same full model on every process, trained below on the whole batch
+model = make_model()
+for layer in model:  # each Linear is one unit: gathered just before it runs, freed after
+    if isinstance(layer, nn.Linear):
+        fully_shard(layer)
+fully_shard(model)  # the root: whatever is left, and the hooks that drive the rest
+
+w = model[0].weight
+show(f"model[0].weight: {type(w).__name__} {w.placements}, "
+     f"global {tuple(w.shape)}, local on each rank {tuple(w.to_local().shape)}")
+local = sum(p.to_local().numel() for p in model.parameters())
+counts = [None] * world
+dist.all_gather_object(counts, local)
+show(f"parameters held: {counts} of {sum(p.numel() for p in ref.parameters())}")
+# --8<-- [end:shard]
+
+# --8<-- [start:train]
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-2)
+for step in range(3):
+    x, y = torch.randn(16, 32, device=device), torch.randn(16, 4, device=device)  # same on all
+    mine = slice(rank * 16 // world, (rank + 1) * 16 // world)  # this rank's part of the batch
+    nn.functional.mse_loss(model(x[mine]), y[mine]).backward()  # grads reduce-scattered (mean)
+    opt.step()
+    opt.zero_grad()
+    nn.functional.mse_loss(ref(x), y).backward()  # one process, whole batch
+    opt_ref.step()
+    opt_ref.zero_grad()
+diff = max_diff([p.full_tensor() for p in model.parameters()], ref.parameters())
+show(f"after 3 Adam steps, max abs diff from one process: {diff:.1e}")
+assert diff < 1e-5, diff
+# --8<-- [end:train]
+
+# --8<-- [start:full-state-dict]
+full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+sizes = [None] * world
+dist.all_gather_object(sizes, len(full))
+show(f"full state dict: {sizes} tensors per rank (rank 0 gets all of them, on the CPU)")
+if rank == 0:  # plain tensors: torch.save(full, ...) writes a file that loads without FSDP
+    show("rank 0's full state dict holds:", {f"{type(t).__name__} on {t.device}" for t in full.values()})
+# --8<-- [end:full-state-dict]
+
+# --8<-- [start:dcp]
+path = [tempfile.mkdtemp() if rank == 0 else None]
+dist.broadcast_object_list(path)  # one directory, chosen by rank 0 (a shared disk across nodes)
+dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=path[0])
+show("distributed checkpoint files:", sorted(os.listdir(path[0])))
+
+fresh = make_model()  # new weights, then sharded the same way, then loaded
+for layer in fresh:
+    if isinstance(layer, nn.Linear):
+        fully_shard(layer)
+fully_shard(fresh)
+state = {"model": get_model_state_dict(fresh)}
+dcp.load(state, checkpoint_id=path[0])  # each rank reads only its own shards
+set_model_state_dict(fresh, state["model"])
+diff = max_diff([p.to_local() for p in fresh.parameters()], [p.to_local() for p in model.parameters()])
+show(f"loaded back, max abs diff: {diff:.1e}")
+assert diff == 0, diff
+dist.barrier()
+if rank == 0:
+    shutil.rmtree(path[0])
+# --8<-- [end:dcp]
+
+# --8<-- [start:mixed]
+half = make_model()
+policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+for layer in half:
+    if isinstance(layer, nn.Linear):
+        fully_shard(layer, mp_policy=policy)
+fully_shard(half, mp_policy=policy)
+x = torch.randn(16, 32, device=device)
+out = half(x)
+show(f"bf16 compute: output {out.dtype}, sharded parameters stay {half[0].weight.dtype}")
+diff = max_diff([out.float()], [make_model()(x)])
+show(f"max abs diff from fp32: {diff:.1e} (bf16 keeps about 3 significant digits)")
+assert diff < 5e-2, diff
+# --8<-- [end:mixed]
+
+# --8<-- [start:offload]
+try:
+    off = make_model()
+    fully_shard(off, offload_policy=CPUOffloadPolicy())  # shards live in (pinned) host memory
+    off(torch.randn(16, 32, device=device)).sum().backward()
+    show(f"CPU offload: parameters on {off[0].weight.device}, gradients on {off[0].weight.grad.device}")
+except RuntimeError as e:
+    show(f"CPU offload: RuntimeError: {e}")
+    show("CPU offload needs an accelerator to compute on: not run here")
+# --8<-- [end:offload]
+
+del model, fresh, half, ref
+gc.collect()
+dist.destroy_process_group()

@@ -1,0 +1,82 @@
+"""Pipeline parallelism with torch.distributed.pipelining: one stage per process, micro-batches,
+GPipe and 1F1B schedules, gradients compared with the unsplit model.
+
+Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 snippets/model_parallel/pipeline.py
+"""
+
+import copy
+import gc
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+# --8<-- [start:setup]
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if torch.cuda.device_count() >= world:
+    device, backend = torch.device("cuda", int(os.environ["LOCAL_RANK"])), "nccl"
+    torch.cuda.set_device(device)
+else:
+    device, backend = torch.device("cpu"), "gloo"
+dist.init_process_group(backend, device_id=device if backend == "nccl" else None,
+                        timeout=timedelta(seconds=60))
+if rank == 0:
+    print(f"{world} stages, one per process, on {device.type} ({backend})")
+# --8<-- [end:setup]
+
+# --8<-- [start:stages]
+torch.manual_seed(0)  # every process builds the same full model ...
+full = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                     nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4)).to(device)
+bounds = [0, 4, 7]  # ... and keeps its own layers: process 0 layers 0-3, process 1 layers 4-6
+part = copy.deepcopy(full[bounds[rank]:bounds[rank + 1]])
+stage = PipelineStage(part, stage_index=rank, num_stages=world, device=device)
+# --8<-- [end:stages]
+
+x = torch.randn(32, 16, device=device)  # the same batch everywhere (same seed)
+y = torch.randn(32, 4, device=device)
+loss_fn = nn.MSELoss()  # mean over the micro-batch
+
+
+def max_grad_diff(a, b, scale=1.0):
+    d = max((p.grad - scale * q.grad).abs().max() for p, q in zip(a.parameters(), b.parameters()))
+    dist.all_reduce(d, op=dist.ReduceOp.MAX)  # the worst over all stages
+    return d.item()
+
+
+# --8<-- [start:reference]
+full(x).sub(y).square().mean().backward()  # the unsplit model on the whole batch
+mine = full[bounds[rank]:bounds[rank + 1]]  # the same layers as this stage, for comparison
+# --8<-- [end:reference]
+
+# --8<-- [start:schedules]
+for Schedule in (ScheduleGPipe, Schedule1F1B):
+    for scale_grads in (True, False):
+        part.zero_grad()
+        schedule = Schedule(stage, n_microbatches=4, loss_fn=loss_fn, scale_grads=scale_grads)
+        losses = []
+        if rank == 0:
+            schedule.step(x)  # the first stage gets the input, split into 4 micro-batches
+        else:
+            schedule.step(target=y, losses=losses)  # the last stage gets targets, returns losses
+        diff = max_grad_diff(part, mine, scale=1.0 if scale_grads else 4.0)
+        if rank == 0:
+            want = "the full-batch gradient" if scale_grads else "4 times the full-batch gradient"
+            print(f"{Schedule.__name__:13} scale_grads={scale_grads!s:5}: "
+                  f"grads == {want:31} max abs diff {diff:.1e}")
+        assert diff < 1e-5, diff
+# --8<-- [end:schedules]
+
+# --8<-- [start:bubble]
+if rank == 0:
+    p = world
+    for m in (1, 2, 4, 8, 32):
+        print(f"p={p} stages, m={m:2d} micro-batches: bubble (p-1)/(m+p-1) = {(p - 1) / (m + p - 1):.0%}")
+# --8<-- [end:bubble]
+
+del schedule, stage, part
+gc.collect()
+dist.destroy_process_group()
