@@ -1,0 +1,30 @@
+"""torch.OutOfMemoryError, and backing off to a batch that fits. Needs a GPU."""
+
+import sys
+
+import torch
+
+if not torch.cuda.is_available():
+    sys.exit("this example needs a GPU: CUDA out of memory can only happen on one")
+
+free, total = torch.cuda.mem_get_info()
+row = 4096 * 4  # one row of 4096 float32 values, in bytes
+
+# --8<-- [start:oom]
+batch = 2 * total // row  # twice the GPU's memory: cannot fit
+try:
+    x = torch.empty(batch, 4096, device="cuda")
+except torch.OutOfMemoryError as e:
+    print("torch.OutOfMemoryError:", str(e).split(" Of the allocated")[0])
+# --8<-- [end:oom]
+
+# --8<-- [start:fix]
+while True:
+    try:
+        x = torch.empty(batch, 4096, device="cuda")
+        break
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()  # give cached, unused blocks back before retrying
+        batch //= 2
+print(f"fits: {batch * row / total:.0%} of the GPU's memory in one tensor")
+# --8<-- [end:fix]
