@@ -25,6 +25,11 @@ HERE = Path(__file__).resolve().parent
 GLOSSARY = HERE / "glossary.yml"
 DEFAULT = "en"
 MARKER = re.compile(r"^<!--\s*glossary\s*-->\s*$", re.M)
+# <!-- pending: dp/index.md -->DataParallel<!-- /pending -->: a link to a chapter that may not
+# exist yet. It becomes [DataParallel](dp/index.md) as soon as the page exists in that language,
+# and plain text marked "in preparation" until then, so the strict build never sees a dead link.
+PENDING = re.compile(r"<!--\s*pending:\s*(?P<path>[\w./-]+)\s*-->(?P<text>.*?)<!--\s*/pending\s*-->")
+PENDING_LABEL = {"en": " *(in preparation)*", "zh": "（编写中）"}
 
 _not_found: dict[str, str] = {}  # language -> rendered 404.html, collected while each builds
 
@@ -66,10 +71,17 @@ def _i18n_busy(config) -> bool:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    lang = getattr(page.file, "locale", None) or DEFAULT
     if MARKER.search(markdown):
-        lang = getattr(page.file, "locale", None) or DEFAULT
         markdown = MARKER.sub(lambda _m: glossary_table(lang), markdown)
-    return markdown
+
+    def pending(m: re.Match) -> str:
+        target = (Path(page.file.src_uri).parent / m.group("path")).as_posix()
+        exists = any(f.src_uri in (target, f"{lang}/{target}") for f in files.documentation_pages())
+        if exists:
+            return f"[{m.group('text')}]({m.group('path')})"
+        return m.group("text") + PENDING_LABEL.get(lang, PENDING_LABEL["en"])
+    return PENDING.sub(pending, markdown)
 
 
 def on_post_page(output: str, page, config) -> str:
