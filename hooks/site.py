@@ -84,8 +84,17 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     return PENDING.sub(pending, markdown)
 
 
+# <link rel="alternate" hreflang> in the head: Material fetches "sitemap.xml" under each one to
+# switch languages, but the i18n plugin points them at the page in the other language, not at that
+# language's root, so every page load asked for /zh/devices/sitemap.xml and got a 404. The
+# language selector's own links already keep the page, and the sitemap (/sitemap.xml) carries the
+# hreflang alternates for search engines, so the head links go.
+ALTERNATE = re.compile(r'\s*<link rel="alternate" href="[^"]*" hreflang="[^"]*">')
+
+
 def on_post_page(output: str, page, config) -> str:
-    """Point a non-default language's search at its own index (see module docstring)."""
+    """Drop the head's alternate links; point a non-default language's search at its own index."""
+    output = ALTERNATE.sub("", output)
     lang = getattr(page.file, "locale", None) or DEFAULT
     if lang == DEFAULT:
         return output
@@ -107,6 +116,7 @@ def _rebase_search(html: str, lang: str) -> str:
 
 def on_post_template(output: str, template_name: str, config) -> str:
     if template_name == "404.html":
+        output = ALTERNATE.sub("", output)
         _not_found[_language(config)] = output
     return output
 
