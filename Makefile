@@ -2,7 +2,7 @@
 PYTHON ?= python3
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install test serve build bench update-outputs
+.PHONY: install test serve build bench bench-site update-outputs
 
 install:
 	$(PYTHON) -m pip install -q torch==2.13.0 numpy
@@ -22,3 +22,6 @@ update-outputs: install
 
 bench: install
 	$(PYTHON) tests/bench.py
+
+bench-site: install
+	$(PYTHON) tests/bench_site.py

@@ -2,7 +2,9 @@
 
 One tab per device class that has a recording (``outputs/cpu/KEY.txt``, ``outputs/gpu/KEY.txt``),
 each with a stamp generated from the recording's own header: torch version, device, date. A
-class with no recording says so instead of showing anything. Nothing here is typed by hand.
+class with no recording says so instead of showing anything. Under the page title, a page-level
+stamp sums up the same headers for every recording the page shows ("verified on"). Nothing here is
+typed by hand.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ TEXT = {
         "volatile": "Timings and addresses vary from run to run; the tests mask them.",
         "files": "Output file",
         "command": "Command",
+        "verified": "Outputs on this page verified on",
+        "verified_line": "**{cls}**: {devices}, torch {torch}, {dates} ({n} of {total} outputs)",
+        "verified_none": "**{cls}**: no run recorded yet ({total} outputs)",
+        "verified_gpu_note": "The GPU column is filled in only by running the suite on a GPU.",
     },
     "zh": {
         "cpu": "CPU",
@@ -35,6 +41,10 @@ TEXT = {
         "volatile": "耗时和内存地址每次运行都会不同，测试比较时会屏蔽它们。",
         "files": "输出文件",
         "command": "命令",
+        "verified": "本页输出的验证环境",
+        "verified_line": "**{cls}**：{devices}，torch {torch}，{dates}（{total} 段输出中的 {n} 段）",
+        "verified_none": "**{cls}**：尚未录制（共 {total} 段输出）",
+        "verified_gpu_note": "GPU 一栏只有在 GPU 上运行测试后才会填上。",
     },
 }
 
@@ -79,12 +89,43 @@ def render(key: str, needs_gpu: bool, lang: str) -> str:
     return "\n".join(tabs)
 
 
+def verified_on(directives: list[tuple[str, bool]], lang: str) -> str:
+    """The page-level stamp: what the recordings this page shows were recorded on.
+
+    Built from the ``#:`` headers of the very recordings the page renders (torch version, device,
+    date), one line per device class, so it cannot drift from what the page shows.
+    """
+    t = TEXT.get(lang, TEXT["en"])
+    lines, gpu_missing = [], False
+    for cls in recordings.CLASSES:
+        recs = [r for r in (recordings.load(cls, key) for key, _ in directives) if r is not None]
+        label = t[cls]
+        if not recs:
+            lines.append("- " + t["verified_none"].format(cls=label, total=len(directives)))
+            gpu_missing |= cls == "gpu"
+            continue
+        meta = lambda name: sorted({r.meta.get(name, "?") for r in recs})  # noqa: E731
+        dates = meta("date")
+        lines.append("- " + t["verified_line"].format(
+            cls=label, devices="; ".join(meta("device")), torch=", ".join(meta("torch")),
+            dates=dates[0] if len(dates) == 1 else f"{dates[0]} – {dates[-1]}",
+            n=len(recs), total=len(directives)))
+    if gpu_missing:
+        lines += ["", t["verified_gpu_note"]]
+    body = "\n".join(lines)
+    return f'!!! info "{t["verified"]}"\n\n{_indent(body)}\n'
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     lang = getattr(page.file, "locale", None) or "en"
     out = []
     in_fence = None
     marks, block_marks = [], []  # <!--pytest.mark.needs_cuda--> lines before the last code block
+    directives = []  # (key, needs_gpu) of every recording the page shows, for the page stamp
+    title_at = None  # where the page's title ends, to put the stamp under it
     for line in markdown.split("\n"):
+        if in_fence is None and title_at is None and line.startswith("# "):
+            title_at = len(out) + 1
         stripped = line.strip()
         if in_fence is None and stripped.startswith("<!--pytest.mark."):
             marks.append(stripped)
@@ -97,7 +138,10 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         if parsed:
             key, _opts = parsed
             needs_gpu = any("needs_cuda" in m or "needs_2_gpus" in m for m in block_marks)
+            directives.append((key, needs_gpu))
             out.append(render(key, needs_gpu, lang))
         else:
             out.append(line)
+    if directives:
+        out.insert(title_at or 0, "\n" + verified_on(directives, lang))
     return "\n".join(out)

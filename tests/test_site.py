@@ -1,28 +1,125 @@
-"""The site as a whole: strict build, en/zh parity, explicit heading ids, no code in pages."""
+"""The site as a whole: strict build, en/zh parity, explicit heading ids, no code in pages; and in
+the built site: nothing loaded from another host, a 404 page and a search index per language, a
+"verified on" stamp on every page that shows outputs."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
+
+import json
+from html.parser import HTMLParser
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
 import pages
+import sitebuild
 
 EN = sorted(p.relative_to(pages.DOCS / "en").as_posix() for p in pages.pages("en"))
 ZH = sorted(p.relative_to(pages.DOCS / "zh").as_posix() for p in pages.pages("zh"))
 
 
-def test_strict_build(tmp_path):
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                          cwd=pages.ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (tmp_path / "site" / "index.html").exists()
-    assert (tmp_path / "site" / "zh" / "index.html").exists()
+def test_strict_build():
+    site, _seconds = sitebuild.built()  # mkdocs build --strict, once per session (tests/sitebuild.py)
+    assert (site / "index.html").exists()
+    assert (site / "zh" / "index.html").exists()
+
+
+# What a browser loads by itself when it renders a page: (tag, attribute), and <link rel=...>.
+LOADED = {("script", "src"), ("img", "src"), ("img", "srcset"), ("iframe", "src"), ("source", "src"),
+          ("source", "srcset"), ("video", "src"), ("video", "poster"), ("audio", "src"),
+          ("embed", "src"), ("object", "data"), ("input", "src")}
+LOADED_LINK_RELS = {"stylesheet", "icon", "shortcut", "apple-touch-icon", "preload", "prefetch",
+                    "preconnect", "dns-prefetch", "modulepreload", "manifest"}
+
+
+class _Resources(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.loaded, self.links = [], []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for name, value in a.items():
+            if value and (tag, name) in LOADED:
+                self.loaded.extend(v.split()[0] for v in value.split(",") if v.strip())
+        if tag == "link" and set((a.get("rel") or "").split()) & LOADED_LINK_RELS:
+            self.loaded.append(a.get("href", ""))
+        if tag == "a" and a.get("href"):
+            self.links.append(a["href"])
+        if a.get("style") and re.search(r"url\(|@import", a["style"]):
+            self.loaded.append("inline style: " + a["style"])
+
+
+def _html_files():
+    site, _ = sitebuild.built()
+    return site, sorted(site.rglob("*.html"))
+
+
+def test_nothing_is_loaded_from_another_host():
+    """Pages load only files of the site itself; links to other sites stay links in the text."""
+    site, files = _html_files()
+    outside, external_links = [], 0
+    for f in files:
+        parser = _Resources()
+        text = f.read_text(encoding="utf-8")
+        parser.feed(text)
+        outside += [f"{f.relative_to(site)}: {u}" for u in parser.loaded
+                    if urlsplit(u).scheme or u.startswith("//") or u.startswith("inline style")]
+        external_links += sum(1 for u in parser.links if urlsplit(u).scheme in ("http", "https"))
+        assert "fonts.googleapis" not in text and "fonts.gstatic" not in text, f
+    for css in site.rglob("*.css"):
+        body = css.read_text(encoding="utf-8")
+        outside += [f"{css.relative_to(site)}: {m}" for m in
+                    re.findall(r"(?:url\(\s*['\"]?|@import\s+['\"])((?:https?:)?//[^'\")\s]+)", body)]
+    assert not outside, "loaded from another host (bundle it or remove it):\n" + "\n".join(outside)
+    assert external_links > 0, "expected the pages' links to other sites to be found (parser check)"
+
+
+def test_a_404_page_per_language():
+    site, _ = sitebuild.built()
+    en = (site / "404.html").read_text(encoding="utf-8")
+    zh = (site / "zh" / "404.html").read_text(encoding="utf-8")
+    assert '<html lang="en"' in en and "Page not found" in en
+    assert '<html lang="zh"' in zh and "页面不存在" in zh
+
+
+def test_a_search_index_per_language():
+    site, _ = sitebuild.built()
+    en = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    zh = json.loads((site / "zh" / "search" / "search_index.json").read_text(encoding="utf-8"))
+    assert {d["location"].split("#")[0] for d in en["docs"]} == {d["location"].split("#")[0] for d in zh["docs"]}
+    assert not any(d["location"].startswith("zh/") for d in en["docs"] + zh["docs"])
+    han = re.compile(r"[\u4e00-\u9fff]")
+    assert not han.search(" ".join(d["title"] for d in en["docs"])), "Chinese titles in the English index"
+    zh_text = " ".join(d["text"] for d in zh["docs"])
+    assert "\u200b" in zh_text, "Chinese text was not segmented (jieba) for the search index"
+    assert "\u200b" in zh["config"]["separator"] or "\\u200b" in zh["config"]["separator"]
+    assert zh["config"]["lang"] == ["en", "zh"] and en["config"]["lang"] == ["en"]
+    # the Chinese pages' search reads their own index
+    page = (site / "zh" / "devices" / "index.html").read_text(encoding="utf-8")
+    assert '"base": "../../zh/"' in page
+
+
+WITH_OUTPUTS = [p for p in [f"en/{p}" for p in EN] + [f"zh/{p}" for p in ZH]
+                if any(b.key for b in pages.blocks(pages.DOCS / p))]
+
+
+@pytest.mark.parametrize("page", WITH_OUTPUTS)
+def test_pages_with_outputs_say_what_they_were_verified_on(page):
+    keys = [b.key for b in pages.blocks(pages.DOCS / page) if b.key]
+    site, _ = sitebuild.built()
+    rel = page[3:].removesuffix("index.md").removesuffix(".md")
+    html = (site / ("" if page.startswith("en/") else "zh") / rel / "index.html").read_text(encoding="utf-8")
+    m = re.search(r'<div class="admonition info">(.*?)</div>', html, re.S)
+    assert m, "no 'verified on' stamp under the title"
+    for cls in ("cpu", "gpu"):
+        for key in keys:
+            rec = pages.recordings.load(cls, key)
+            if rec is not None:
+                for field in ("torch", "device", "date"):
+                    assert rec.meta[field] in m.group(1), f"{field} of {rec.path.name} not in the stamp"
 
 
 def test_same_pages_in_both_languages():

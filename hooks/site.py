@@ -1,0 +1,157 @@
+"""MkDocs hook: the reader-facing parts of the site that are generated, not typed.
+
+- ``<!-- glossary -->`` on a page renders the glossary table from ``hooks/glossary.yml`` in the
+  page's language (the same data ``tests/test_glossary.py`` checks the zh pages against).
+- One search index per language: the i18n plugin writes one index for both languages at
+  ``/search/search_index.json``; after the last language is built this splits it into
+  ``/search/search_index.json`` (English pages) and ``/zh/search/search_index.json`` (Chinese
+  pages), and points the Chinese pages' search at theirs, so each language's search box returns
+  pages in its own language.
+- A 404 page per language: every language build writes ``404.html`` at the site root, so the last
+  language built would win; this keeps each one and writes ``/404.html`` (English) and
+  ``/zh/404.html`` (Chinese).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+from mkdocs.plugins import event_priority
+
+HERE = Path(__file__).resolve().parent
+GLOSSARY = HERE / "glossary.yml"
+DEFAULT = "en"
+MARKER = re.compile(r"^<!--\s*glossary\s*-->\s*$", re.M)
+# <!-- pending: dp/index.md -->DataParallel<!-- /pending -->: a link to a chapter that may not
+# exist yet. It becomes [DataParallel](dp/index.md) as soon as the page exists in that language,
+# and plain text marked "in preparation" until then, so the strict build never sees a dead link.
+PENDING = re.compile(r"<!--\s*pending:\s*(?P<path>[\w./-]+)\s*-->(?P<text>.*?)<!--\s*/pending\s*-->")
+PENDING_LABEL = {"en": " *(in preparation)*", "zh": "（编写中）"}
+
+_not_found: dict[str, str] = {}  # language -> rendered 404.html, collected while each builds
+
+
+def load_glossary() -> list[dict]:
+    return yaml.safe_load(GLOSSARY.read_text(encoding="utf-8"))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def glossary_table(lang: str) -> str:
+    terms = load_glossary()
+    if lang == "zh":
+        rows = ["| 中文 | English | 含义 | 首次出现时写作 | 不用的译法 |", "| --- | --- | --- | --- | --- |"]
+        for t in terms:
+            rows.append("| " + " | ".join(_cell(c) for c in (
+                f"**{t['zh']}**", t["en"], t.get("zh_note", ""), t.get("first", ""),
+                "、".join(t.get("avoid", [])))) + " |")
+    else:
+        rows = ["| English | 中文 | Meaning |", "| --- | --- | --- |"]
+        for t in terms:
+            zh = t.get("first", t["zh"])
+            rows.append("| " + " | ".join(_cell(c) for c in (
+                f"**{t['en']}**", zh, t.get("en_note", ""))) + " |")
+    return "\n".join(rows)
+
+
+def _language(config) -> str:
+    i18n = config.plugins.get("i18n")
+    return getattr(i18n, "current_language", None) or config.theme.get("language") or DEFAULT
+
+
+def _i18n_busy(config) -> bool:
+    """True inside the i18n plugin's nested build of a further language."""
+    i18n = config.plugins.get("i18n")
+    return bool(getattr(i18n, "building", False))
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    lang = getattr(page.file, "locale", None) or DEFAULT
+    if MARKER.search(markdown):
+        markdown = MARKER.sub(lambda _m: glossary_table(lang), markdown)
+
+    def pending(m: re.Match) -> str:
+        target = (Path(page.file.src_uri).parent / m.group("path")).as_posix()
+        exists = any(f.src_uri in (target, f"{lang}/{target}") for f in files.documentation_pages())
+        if exists:
+            return f"[{m.group('text')}]({m.group('path')})"
+        return m.group("text") + PENDING_LABEL.get(lang, PENDING_LABEL["en"])
+    return PENDING.sub(pending, markdown)
+
+
+# <link rel="alternate" hreflang> in the head: Material fetches "sitemap.xml" under each one to
+# switch languages, but the i18n plugin points them at the page in the other language, not at that
+# language's root, so every page load asked for /zh/devices/sitemap.xml and got a 404. The
+# language selector's own links already keep the page, and the sitemap (/sitemap.xml) carries the
+# hreflang alternates for search engines, so the head links go.
+ALTERNATE = re.compile(r'\s*<link rel="alternate" href="[^"]*" hreflang="[^"]*">')
+
+
+def on_post_page(output: str, page, config) -> str:
+    """Drop the head's alternate links; point a non-default language's search at its own index."""
+    output = ALTERNATE.sub("", output)
+    lang = getattr(page.file, "locale", None) or DEFAULT
+    if lang == DEFAULT:
+        return output
+    return _rebase_search(output, lang)
+
+
+def _rebase_search(html: str, lang: str) -> str:
+    # Material reads the index from new URL("search/search_index.json", config.base) and resolves
+    # result locations against the same base; base is otherwise only used by features this site
+    # does not enable (instant navigation, versions).
+    def fix(m: re.Match) -> str:
+        cfg = json.loads(m.group(2))
+        base = cfg["base"] if cfg["base"].endswith("/") else cfg["base"] + "/"
+        cfg["base"] = f"{base}{lang}/"
+        return m.group(1) + json.dumps(cfg) + m.group(3)
+    return re.sub(r'(<script id="__config" type="application/json">)(.*?)(</script>)', fix, html,
+                  count=1, flags=re.S)
+
+
+def on_post_template(output: str, template_name: str, config) -> str:
+    if template_name == "404.html":
+        output = ALTERNATE.sub("", output)
+        _not_found[_language(config)] = output
+    return output
+
+
+@event_priority(-200)  # after the i18n plugin (-100) has built every language and merged the index
+def on_post_build(config) -> None:
+    if _i18n_busy(config):
+        return
+    site = Path(config.site_dir)
+    i18n = config.plugins.get("i18n")
+    langs = [lang.locale for lang in i18n.config.languages if lang.build] if i18n else [DEFAULT]
+    # 404 pages: the root one in the default language, the others under /<lang>/
+    for lang, html in _not_found.items():
+        if lang == DEFAULT:
+            (site / "404.html").write_text(html, encoding="utf-8")
+        elif lang in langs:
+            (site / lang).mkdir(parents=True, exist_ok=True)
+            (site / lang / "404.html").write_text(_rebase_search(html, lang), encoding="utf-8")
+    # search: one index per language
+    index = site / "search" / "search_index.json"
+    if not index.exists():
+        return
+    data = json.loads(index.read_text(encoding="utf-8"))
+    others = [lang for lang in langs if lang != DEFAULT]
+    split = {DEFAULT: []} | {lang: [] for lang in others}
+    for doc in data["docs"]:
+        lang = next((l for l in others if doc["location"].startswith(f"{l}/")), DEFAULT)
+        if lang != DEFAULT:
+            doc = dict(doc, location=doc["location"][len(lang) + 1:])
+        split[lang].append(doc)
+    for lang, docs in split.items():
+        cfg = dict(data["config"])
+        # English pages need only the English pipeline; the others keep English too, for API names
+        cfg["lang"] = ["en"] if lang == DEFAULT else sorted({"en", lang})
+        out = index if lang == DEFAULT else site / lang / "search" / "search_index.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({**data, "config": cfg, "docs": docs}, ensure_ascii=False,
+                                  separators=(",", ":")), encoding="utf-8")

@@ -1,0 +1,69 @@
+"""Build the site once per test session and serve it on 127.0.0.1, for the tests that need it.
+
+``built()`` runs ``mkdocs build --strict`` into a temporary folder the first time it is called and
+returns that folder (and the build's wall time) every time after. ``serve(root)`` serves a folder on
+a free port of 127.0.0.1 the way GitHub Pages does: files as they are, and ``/404.html`` with status
+404 for any path that is not there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def built() -> tuple[Path, float]:
+    out = Path(tempfile.mkdtemp(prefix="site-build-"))
+    atexit.register(shutil.rmtree, out, True)
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out / "site")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    seconds = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"mkdocs build --strict failed:\n{proc.stdout}{proc.stderr}")
+    return out / "site", seconds
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep the test output clean
+        pass
+
+    def send_error(self, code, message=None, explain=None):
+        page = Path(self.directory) / "404.html"
+        if code != 404 or not page.exists():
+            return super().send_error(code, message, explain)
+        body = page.read_bytes()
+        self.send_response(404)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):  # a browser closing a connection early
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
+def serve(root: Path) -> tuple[str, http.server.ThreadingHTTPServer]:
+    handler = functools.partial(_Handler, directory=str(root))
+    server = _Server(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}", server

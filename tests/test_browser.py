@@ -1,0 +1,229 @@
+"""The built site in a real browser: Chromium (Debian's /usr/bin/chromium) driven by Playwright.
+
+The site is built once (tests/sitebuild.py) and served on a free port of 127.0.0.1. Every request
+the browser makes is recorded; any request to another host is aborted and fails the run, as does
+any console error. A screenshot of a chapter page per language goes to test-artifacts/.
+
+Chromium missing: this module fails on CI (CI=true), where .ci/run installs it, and is skipped with
+the reason elsewhere. Never run `playwright install`: the browser is the distribution's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+import sitebuild
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run"]
+ARTIFACTS = sitebuild.ROOT / "test-artifacts"
+CHAPTER = "devices/"  # the chapter page used for copy buttons, tabs and screenshots
+
+# Search: query -> the pages (relative to the language root) any of which must be among the
+# results, and the languages to search in. A query whose pages are not built yet is skipped with
+# the reason; it starts to run as soon as one of its pages exists. Extend here.
+SEARCHES = [
+    ("数据并行", ["dp/"], ["zh"]),
+    ("分布式", ["ddp/"], ["zh"]),
+    ("固定内存", ["cuda/", "ddp/", "dp/"], ["zh"]),
+    ("DataParallel", ["dp/"], ["en", "zh"]),
+    ("set_epoch", ["ddp/"], ["en", "zh"]),
+    ("non_blocking", ["cuda/", "ddp/"], ["en", "zh"]),
+    # the Devices chapter, which exists now
+    ("CUDA_VISIBLE_DEVICES", ["devices/"], ["en", "zh"]),
+    ("torch.device", ["devices/"], ["en", "zh"]),
+    ("显存", ["devices/"], ["zh"]),
+    ("设备", ["devices/"], ["zh"]),
+    ("固定内存", ["glossary/"], ["zh"]),
+]
+
+
+def _missing_browser() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the Python package `playwright` is not installed (pip install playwright)"
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        return (f"{CHROMIUM} not found: install Debian's chromium and chromium-driver "
+                "(apt-get install -y chromium chromium-driver; .ci/run does)")
+    return None
+
+
+class Browser:
+    """One Chromium with a fresh profile; records requests, blocked hosts and console errors."""
+
+    def __init__(self, base: str, profile: Path):
+        from playwright.sync_api import sync_playwright
+        self.base = base
+        self.requests: list[str] = []
+        self.outside: list[str] = []
+        self.errors: list[str] = []
+        self._pw = sync_playwright().start()
+        self.context = self._pw.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, headless=True, args=ARGS,
+            viewport={"width": 1280, "height": 900}, service_workers="block")
+        self.context.set_default_timeout(5000)
+        self.context.route("**/*", self._route)
+        self.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
+        self.page = self.context.pages[0] if self.context.pages else self.context.new_page()
+        self.page.on("console", lambda m: m.type == "error" and not self._expected_404(m)
+                     and self.errors.append(f"{self.page.url}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.errors.append(f"{self.page.url}: {e}"))
+        self.page.on("response", lambda r: r.status >= 400 and not r.url.startswith(f"{base}/no/")
+                     and self.errors.append(f"{r.status} {r.url}"))
+
+    def _expected_404(self, message) -> bool:
+        """test_not_found_pages asks for a missing page on purpose."""
+        return "404" in message.text and self.page.url.startswith(f"{self.base}/no/")
+
+    def _route(self, route):
+        url = route.request.url
+        self.requests.append(url)
+        host = urlsplit(url).hostname
+        if url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+            route.continue_()
+        else:
+            self.outside.append(url)
+            route.abort()
+
+    def goto(self, path: str):
+        return self.page.goto(self.base + "/" + path.lstrip("/"), wait_until="load")
+
+    def close(self):
+        self.context.close()
+        self._pw.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    reason = _missing_browser()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"browser tests cannot run on CI: {reason}")
+        pytest.skip(reason)
+    root, _ = sitebuild.built()
+    base, server = sitebuild.serve(root)
+    b = Browser(base, tmp_path_factory.mktemp("chromium-profile"))
+    b.root = root
+    yield b
+    b.close()
+    server.shutdown()
+    assert not b.outside, f"requests left 127.0.0.1: {b.outside}"
+    assert not b.errors, f"console errors: {b.errors}"
+
+
+@pytest.fixture
+def clean(browser):
+    """Each test checks that it produced no console error and no request to another host."""
+    n_err, n_out = len(browser.errors), len(browser.outside)
+    yield browser
+    assert browser.outside[n_out:] == [], "requests left 127.0.0.1"
+    assert browser.errors[n_err:] == [], "console errors"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_chapter_page_loads_and_screenshot(clean, lang):
+    b = clean
+    prefix = "" if lang == "en" else "zh/"
+    resp = b.goto(prefix + CHAPTER)
+    assert resp.status == 200
+    assert b.page.locator("html").get_attribute("lang") == lang
+    # the page-level "verified on" stamp is there
+    assert "torch" in b.page.locator(".admonition.info").first.inner_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    b.page.screenshot(path=str(ARTIFACTS / f"chapter-{lang}.png"), full_page=False)
+    assert all(urlsplit(u).hostname == "127.0.0.1" for u in b.requests if u.startswith("http"))
+
+
+@pytest.mark.parametrize("start,target", [(CHAPTER, "zh/" + CHAPTER), ("zh/" + CHAPTER, CHAPTER)])
+def test_language_switch_keeps_the_page(clean, start, target):
+    b = clean
+    b.goto(start)
+    lang = "zh" if target.startswith("zh/") else "en"
+    b.page.hover(".md-header__option .md-select")
+    b.page.locator(f'.md-select__link[hreflang="{lang}"]').click()
+    b.page.wait_for_load_state("load")
+    assert b.page.url == f"{b.base}/{target}"
+
+
+def test_copy_button_copies_the_code(clean):
+    b = clean
+    b.goto(CHAPTER)
+    button = "button[data-md-type='copy']"  # Material 9.8; earlier versions: button.md-clipboard
+    block = b.page.locator("div.highlight pre").filter(has=b.page.locator(button)).first
+    expected = block.locator("code").inner_text().strip()
+    block.hover()
+    block.locator(button).click()
+    b.page.wait_for_selector(".md-dialog--active")
+    copied = b.page.evaluate("navigator.clipboard.readText()").strip()
+    assert copied == expected
+
+
+def test_output_tabs_switch(clean):
+    b = clean
+    b.goto(CHAPTER)
+    tabs = b.page.locator(".tabbed-set").filter(has=b.page.locator(".tabbed-labels label", has_text="GPU")).first
+    labels = tabs.locator(".tabbed-labels > label")
+    blocks = tabs.locator(".tabbed-content > .tabbed-block")
+    assert labels.count() == 2
+    labels.nth(1).click()
+    assert blocks.nth(1).is_visible() and not blocks.nth(0).is_visible()
+    assert "GPU" in blocks.nth(1).inner_text()
+    labels.nth(0).click()
+    assert blocks.nth(0).is_visible() and not blocks.nth(1).is_visible()
+    assert "torch" in blocks.nth(0).inner_text()
+
+
+def _search(b, lang: str, query: str) -> list[str]:
+    """Type a query into the search box of the language's home page; the result pages' paths."""
+    prefix = "" if lang == "en" else "zh/"
+    if not b.page.url.startswith(f"{b.base}/{prefix}") or (lang == "en" and "/zh/" in b.page.url):
+        b.goto(prefix)
+    box = b.page.locator("input.md-search__input")
+    box.click()
+    box.fill("")
+    box.fill(query)
+    box.press("End")  # Material searches on key events, which fill() (needed for Chinese) does not send
+    b.page.wait_for_function(
+        "q => { const m = document.querySelector('.md-search-result__meta');"
+        " return m && document.querySelector('input.md-search__input').value === q"
+        " && !/Type to start|键入以开始/.test(m.textContent) }", arg=query)
+    b.page.wait_for_timeout(150)  # results render right after the count
+    hrefs = b.page.evaluate("[...document.querySelectorAll('.md-search-result__link')].map(a => a.href)")
+    b.page.keyboard.press("Escape")
+    return list(dict.fromkeys(urlsplit(h).path for h in hrefs))
+
+
+_cases = [(q, pages, lang) for q, pages, langs in SEARCHES for lang in langs]
+
+
+@pytest.mark.parametrize("query,expected,lang", _cases,
+                         ids=[f"{lang}-{q}-{'|'.join(p)}" for q, p, lang in _cases])
+def test_search(clean, query, expected, lang):
+    b = clean
+    prefix = "" if lang == "en" else "zh/"
+    present = [p for p in expected if (b.root / prefix / p / "index.html").exists()]
+    if not present:
+        pytest.skip(f"no page {expected} in this build yet; this query runs once one exists")
+    paths = _search(b, lang, query)
+    assert paths, f"no results for {query!r}"
+    wanted = [f"/{prefix}{p}" for p in present]
+    assert any(p in wanted for p in paths), f"{query!r} in {lang}: {wanted} not among {paths}"
+    for p in paths:  # results come from this language's pages only
+        assert p.startswith("/zh/") == (lang == "zh"), f"{p} is not a {lang} page"
+
+
+@pytest.mark.parametrize("path,lang,title", [("no/such/page/", "en", "Page not found"),
+                                             ("zh/404.html", "zh", "页面不存在")])
+def test_not_found_pages(clean, path, lang, title):
+    b = clean
+    resp = b.goto(path)
+    assert resp.status == (404 if path.startswith("no/") else 200)
+    assert b.page.locator("html").get_attribute("lang") == lang
+    assert title in b.page.locator("h1").first.inner_text()

@@ -1,0 +1,87 @@
+"""The glossary (hooks/glossary.yml) is the one list of terms; the Chinese pages keep to it.
+
+Every docs/zh page is read outside code (fences, inline code, HTML comments, link targets) and
+must not contain any of the renderings a glossary entry lists under ``avoid``. To add a term or an
+alternative to avoid, edit hooks/glossary.yml: the glossary pages and this test both read it.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import util as _util
+
+import pytest
+
+import pages
+
+# hooks/site.py by path: "site" is also the name of a standard-library module
+_spec = _util.spec_from_file_location("site_hook", pages.ROOT / "hooks" / "site.py")
+site_hook = _util.module_from_spec(_spec)
+_spec.loader.exec_module(site_hook)
+
+TERMS = site_hook.load_glossary()
+ZH_PAGES = [p.relative_to(pages.DOCS).as_posix() for p in pages.pages("zh")]
+
+
+def prose(text: str) -> list[tuple[int, str]]:
+    """(line number, text) of a page's prose: no code, no comments, no link targets."""
+    text = re.sub(r"<!--.*?-->", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    out, fence = [], None
+    for n, line in enumerate(text.split("\n"), 1):
+        s = line.strip()
+        if fence is None and s.startswith("```"):
+            fence = s[: len(s) - len(s.lstrip("`"))]
+            continue
+        if fence is not None:
+            if s.startswith(fence) and not s.strip("`"):
+                fence = None
+            continue
+        line = re.sub(r"(`+).*?\1", "", line)              # inline code
+        line = re.sub(r"\]\([^)]*\)", "]", line)           # link targets
+        line = re.sub(r'--8<--\s*"[^"]*"', "", line)       # includes
+        out.append((n, line))
+    return out
+
+
+def test_glossary_data_is_well_formed():
+    seen_en, seen_zh = set(), set()
+    for t in TERMS:
+        assert {"en", "zh"} <= t.keys(), t
+        assert t["en"] not in seen_en, f"duplicate English term {t['en']!r}"
+        assert t["zh"] not in seen_zh, f"duplicate Chinese term {t['zh']!r}"
+        seen_en.add(t["en"])
+        seen_zh.add(t["zh"])
+        for alt in t.get("avoid", []):
+            # an alternative inside the term itself would flag every correct use
+            assert alt not in t["zh"] and alt not in t.get("first", ""), (t["en"], alt)
+    all_terms = {t["zh"] for t in TERMS} | {t.get("first", "") for t in TERMS}
+    for t in TERMS:
+        for alt in t.get("avoid", []):
+            clash = [z for z in all_terms if z and alt in z]
+            assert not clash, f"avoided {alt!r} ({t['en']}) is part of the glossary term(s) {clash}"
+
+
+def test_glossary_pages_render_every_term():
+    en = site_hook.glossary_table("en")
+    zh = site_hook.glossary_table("zh")
+    for t in TERMS:
+        assert f"**{t['en']}**" in en and f"**{t['zh']}**" in zh, t["en"]
+    for lang in ("en", "zh"):
+        text = (pages.DOCS / lang / "glossary.md").read_text(encoding="utf-8")
+        assert site_hook.MARKER.search(text), f"docs/{lang}/glossary.md lost its <!-- glossary --> line"
+
+
+@pytest.mark.parametrize("page", ZH_PAGES)
+def test_zh_page_uses_glossary_terms(page):
+    found = []
+    for n, line in prose((pages.DOCS / page).read_text(encoding="utf-8")):
+        for t in TERMS:
+            for alt in t.get("avoid", []):
+                if alt in line:
+                    found.append(f"line {n}: {alt!r} -> use {t['zh']!r} ({t['en']})")
+    assert not found, "use the glossary's terms (hooks/glossary.yml):\n" + "\n".join(found)
+
+
+def test_prose_filter_sees_only_prose():
+    text = "a 锁页内存 b\n```text\n锁页内存\n```\n`锁页内存` <!-- 锁页内存 --> [x](锁页内存.md)\n"
+    assert [n for n, line in prose(text) if "锁页内存" in line] == [1]
