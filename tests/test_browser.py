@@ -194,7 +194,11 @@ def _search(b, lang: str, query: str) -> list[str]:
         "q => { const m = document.querySelector('.md-search-result__meta');"
         " return m && document.querySelector('input.md-search__input').value === q"
         " && !/Type to start|键入以开始/.test(m.textContent) }", arg=query)
-    b.page.wait_for_timeout(150)  # results render right after the count
+    try:  # the results render after the count; on a busy machine that can take a while
+        b.page.wait_for_function("() => document.querySelectorAll('.md-search-result__link').length > 0",
+                                 timeout=10_000)
+    except Exception:  # noqa: BLE001 - no result at all: the caller's assertion says so
+        pass
     hrefs = b.page.evaluate("[...document.querySelectorAll('.md-search-result__link')].map(a => a.href)")
     b.page.keyboard.press("Escape")
     return list(dict.fromkeys(urlsplit(h).path for h in hrefs))
