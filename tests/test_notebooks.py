@@ -8,9 +8,10 @@ whitespace collapsed). Two kinds of cells are not executed
 here, each reported as a skipped test with its reason:
 
 - cells tagged needs_cuda / needs_2_gpus on a machine without the GPUs;
-- `!torchrun ...` cells: the same command on the same file is run by the page test already (the
-  notebook test checks that the file the `%%writefile` cell writes is the snippet file). Set
-  NOTEBOOKS_TORCHRUN=1 to run them here as well.
+- `!command` cells (`!torchrun ...`, `!python ... --flag`, `!ENV=... python ...`): each is a
+  command of a page, which the page test runs already, on the same file (the notebook test checks
+  that the file the `%%writefile` cell writes is the snippet file). Set NOTEBOOKS_RUN_COMMANDS=1
+  to run them here as well. Program cells, the snippet code itself, always run in the kernel.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import notebooks  # noqa: E402
 import recordings  # noqa: E402
 
 CHAPTERS = notebooks.chapters()
-RUN_TORCHRUN = os.environ.get("NOTEBOOKS_TORCHRUN") == "1"
+RUN_COMMANDS = os.environ.get("NOTEBOOKS_RUN_COMMANDS") == "1"
 COMMANDS = {b.code.strip(): b for p in pages.pages("en") for b in pages.blocks(p)}
 
 
@@ -44,9 +45,9 @@ def _skip_reason(cell) -> str | None:
     if reason:
         return reason
     src = _source(cell)
-    if src.startswith("!") and "torchrun" in src and not RUN_TORCHRUN:
-        return ("multi-process torchrun cell: the page test runs this same command on the same file; "
-                "NOTEBOOKS_TORCHRUN=1 runs it here too")
+    if src.startswith("!") and src[1:].strip() in COMMANDS and not RUN_COMMANDS:
+        return ("command cell: the page test runs this same command on the same file; "
+                "NOTEBOOKS_RUN_COMMANDS=1 runs it here too")
     return None
 
 

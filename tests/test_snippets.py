@@ -4,6 +4,11 @@ command that appears more than once runs once per session.)"""
 
 from __future__ import annotations
 
+import functools
+import json
+import subprocess
+import sys
+
 import pytest
 
 import pages
@@ -38,12 +43,43 @@ GPU_ONLY = sorted({p for p in SNIPPET_FILES
                    and all(any(m.startswith("pytest.mark.needs_") for m in b.marks) for b in uses)})
 
 
+# One interpreter runs every GPU-only program in turn (runpy, as `python PATH` would), so that
+# the check costs one `import torch`, not one per program.
+_REFUSE = """
+import contextlib, io, json, runpy, sys, traceback
+out = {}
+for path in sys.argv[1:]:
+    buf, code = io.StringIO(), 0
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        sys.argv = [path]
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+            if e.code is not None and not isinstance(e.code, int):
+                print(e.code, file=sys.stderr)
+        except BaseException:
+            code = "exception"
+            traceback.print_exc()
+    out[path] = [code, buf.getvalue()]
+print(json.dumps(out))
+"""
+
+
+@functools.cache
+def _refusals() -> dict:
+    proc = subprocess.run([sys.executable, "-c", _REFUSE, *GPU_ONLY], cwd=pages.ROOT,
+                          capture_output=True, text=True, timeout=300)
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 @pytest.mark.parametrize("path", GPU_ONLY)
 def test_gpu_only_snippet_refuses_to_run_without_gpu(path):
     """Never a silent success: without the GPUs it needs, a GPU-only program exits non-zero and says why."""
     runs = [b for b in ALL_BLOCKS if path in b.snippets]
     if pages.unmet(runs[0].marks) is None:
         pytest.skip("this machine has the GPUs it needs: the program itself is run by test_snippet_runs")
-    res = pages.run(pages.Block(pages.ROOT / path, 0, "bash", f"python {path}\n"))
-    assert res.exit != 0, f"{path} exited 0 without a GPU:\n{res.output}"
-    assert "GPU" in res.output and "Traceback" not in res.output, res.output
+    code, output = _refusals()[path]
+    assert code not in (0, None), f"{path} exited 0 without a GPU:\n{output}"
+    assert code != "exception", f"{path} crashed instead of refusing cleanly:\n{output}"
+    assert "GPU" in output, output
