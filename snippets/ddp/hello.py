@@ -11,7 +11,7 @@ rank = int(os.environ["RANK"])  # set by the launcher (torchrun) for every proce
 local_rank = int(os.environ["LOCAL_RANK"])  # the process's number on its own machine
 world_size = int(os.environ["WORLD_SIZE"])
 
-if torch.cuda.is_available():
+if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
     torch.cuda.set_device(local_rank)  # before anything touches the GPU
     device, backend = torch.device("cuda", local_rank), "nccl"
 else:

@@ -12,7 +12,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 local_rank = int(os.environ["LOCAL_RANK"])
-if torch.cuda.is_available():
+if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
     torch.cuda.set_device(local_rank)
     device, backend = torch.device("cuda", local_rank), "nccl"
 else:

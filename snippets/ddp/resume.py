@@ -23,7 +23,7 @@ parser.add_argument("--out", help="save the final weights here (the tests compar
 args = parser.parse_args()
 
 local_rank = int(os.environ["LOCAL_RANK"])
-if torch.cuda.is_available():
+if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
     torch.cuda.set_device(local_rank)
     device, backend = torch.device("cuda", local_rank), "nccl"
 else:

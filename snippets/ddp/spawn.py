@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 # --8<-- [start:worker]
 def worker(rank: int, world_size: int, port: int) -> None:
     # mp.spawn passes the process index first; the environment is ours to set
-    if torch.cuda.is_available():
+    if torch.cuda.device_count() >= world_size:  # a GPU for every process
         torch.cuda.set_device(rank)  # one machine: rank == local rank
         device, backend = torch.device("cuda", rank), "nccl"
     else:

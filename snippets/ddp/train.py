@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 # --8<-- [start:setup]
 local_rank = int(os.environ["LOCAL_RANK"])
-if torch.cuda.is_available():
+if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
     torch.cuda.set_device(local_rank)
     device, backend = torch.device("cuda", local_rank), "nccl"
 else:
@@ -33,7 +33,7 @@ loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
 
 
 def make_model() -> nn.Module:
-    torch.manual_seed(0)  # every process starts from the same weights (DDP checks this too)
+    torch.manual_seed(0)  # the same start in every process (DDP would broadcast rank 0's anyway)
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
 
 
