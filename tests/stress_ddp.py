@@ -64,8 +64,10 @@ def main() -> int:
                 counts["hang"] += 1
             elif res.exit != b.exit:
                 counts["crash"] += 1
+                print(f"--- exit {res.exit}:\n" + res.output[-3000:], flush=True)
             elif rec is not None and recordings.normalise(rec.body) != recordings.normalise(res.output):
                 counts["differs"] += 1
+                print("--- differs from the recording:\n" + res.output[-3000:], flush=True)
             else:
                 counts["ok"] += 1
         bad = args.n - counts["ok"]
