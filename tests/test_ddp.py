@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 
 
-def _env(marker: str) -> dict:
+def _env(marker: str, tmp: Path) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", DDP_TEST_MARKER=marker)
+    env["TMPDIR"] = str(tmp)  # resume.py keeps its checkpoints there: a killed job leaves them behind
     env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # see docs/en/ddp/multinode.md#restarts
     return env
 
@@ -36,9 +37,9 @@ def _left_behind(marker: str) -> list[int]:
     return found
 
 
-def _run(args: list[str], marker: str, timeout: int = 90) -> tuple[subprocess.CompletedProcess, float]:
+def _run(args: list[str], marker: str, tmp: Path, timeout: int = 90) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
-    proc = subprocess.run(TORCHRUN + args, cwd=ROOT, env=_env(marker), capture_output=True,
+    proc = subprocess.run(TORCHRUN + args, cwd=ROOT, env=_env(marker, tmp), capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     return proc, time.monotonic() - t0
 
@@ -46,10 +47,10 @@ def _run(args: list[str], marker: str, timeout: int = 90) -> tuple[subprocess.Co
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to look for leftover processes")
 def test_kill_and_resume_gives_the_uninterrupted_weights(tmp_path):
     marker = uuid.uuid4().hex
-    whole, _ = _run(["snippets/ddp/resume.py", "--out", str(tmp_path / "whole.pt")], marker)
+    whole, _ = _run(["snippets/ddp/resume.py", "--out", str(tmp_path / "whole.pt")], marker, tmp_path)
     assert whole.returncode == 0, whole.stdout + whole.stderr
     killed, _ = _run(["--max-restarts=1", "snippets/ddp/resume.py", "--kill-at-step", "5",
-                      "--out", str(tmp_path / "killed.pt")], marker)
+                      "--out", str(tmp_path / "killed.pt")], marker, tmp_path)
     out = killed.stdout + killed.stderr
     assert killed.returncode == 0, out
     assert "attempt 0: starting at step 0" in killed.stdout
@@ -63,7 +64,7 @@ def test_kill_and_resume_gives_the_uninterrupted_weights(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to look for leftover processes")
 def test_a_killed_rank_ends_the_job_with_a_clear_error_fast(tmp_path):
     marker = uuid.uuid4().hex
-    proc, seconds = _run(["snippets/ddp/resume.py", "--kill-at-step", "3"], marker, timeout=60)
+    proc, seconds = _run(["snippets/ddp/resume.py", "--kill-at-step", "3"], marker, tmp_path, timeout=60)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "ChildFailedError" in out and "Signal 9 (SIGKILL) received" in out, out
