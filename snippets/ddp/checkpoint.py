@@ -1,0 +1,93 @@
+"""Checkpoints with DDP: save on rank 0, atomically; wait; load everywhere with map_location."""
+
+import gc
+import os
+import shutil
+import tempfile
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+local_rank = int(os.environ["LOCAL_RANK"])
+if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
+    torch.cuda.set_device(local_rank)
+    device, backend = torch.device("cuda", local_rank), "nccl"
+else:
+    device, backend = torch.device("cpu"), "gloo"
+dist.init_process_group(backend, timeout=timedelta(seconds=60))
+rank, world_size = dist.get_rank(), dist.get_world_size()
+# one directory per torchrun run, the same for every process on this machine
+ckpt_dir = os.path.join(tempfile.gettempdir(), "ddp-ckpt-" + os.environ["TORCHELASTIC_RUN_ID"])
+path = os.path.join(ckpt_dir, "model.pt")
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)).to(device)
+ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+ddp(torch.randn(4, 4, device=device)).sum().backward()
+opt.step()
+
+
+# --8<-- [start:atomic]
+def save_atomic(obj, path: str) -> None:
+    """Write to a temporary file, then rename: `path` is always the old file or the new one."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())  # the bytes are on disk before the rename makes them visible
+    os.replace(tmp, path)  # atomic on POSIX and Windows, within one file system
+# --8<-- [end:atomic]
+
+
+# --8<-- [start:save]
+if rank == 0:  # one writer: every rank holds the same weights
+    os.makedirs(ckpt_dir, exist_ok=True)
+    save_atomic({"model": ddp.module.state_dict(), "optim": opt.state_dict(), "step": 1}, path)
+dist.barrier()  # nobody reads before rank 0 has finished writing
+
+ckpt = torch.load(path, map_location=device, weights_only=True)  # to *my* device
+model.load_state_dict(ckpt["model"])
+opt.load_state_dict(ckpt["optim"])
+where = [None] * world_size
+dist.all_gather_object(where, str(next(iter(ckpt["model"].values())).device))
+if rank == 0:
+    print("loaded step", ckpt["step"], "onto:", where)
+# --8<-- [end:save]
+
+# --8<-- [start:prefix]
+if rank == 0:
+    wrapped = ddp.state_dict()  # the DDP wrapper's keys: the model sits in .module
+    print("DDP state_dict keys:", list(wrapped)[:2], "...")
+    plain = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    try:
+        plain.load_state_dict(wrapped)
+    except RuntimeError as e:
+        print("RuntimeError:", str(e).splitlines()[1].strip()[:80], "...")
+    consume_prefix_in_state_dict_if_present(wrapped, "module.")  # in place
+    print("after removing the prefix:", plain.load_state_dict(wrapped))
+# --8<-- [end:prefix]
+
+# --8<-- [start:crash]
+if rank == 0:
+    good = open(path, "rb").read()
+    with open(path + ".tmp", "wb") as f:  # a crash halfway through save_atomic:
+        f.write(good[: len(good) // 2])  # half of the new file, and no rename
+    print("atomic: after a crash mid-save, step", torch.load(path, weights_only=True)["step"], "loads")
+    naive = os.path.join(ckpt_dir, "naive.pt")
+    with open(naive, "wb") as f:  # the same crash while writing straight into the file
+        f.write(good[: len(good) // 2])
+    try:
+        torch.load(naive, weights_only=True)
+    except RuntimeError as e:
+        print("direct write: RuntimeError:", str(e).splitlines()[0])
+    shutil.rmtree(ckpt_dir)
+# --8<-- [end:crash]
+
+del ddp, opt
+gc.collect()
+dist.destroy_process_group()

@@ -1,0 +1,70 @@
+"""Metrics over all ranks: all-reduce sums and counts; uneven data: padding, drop_last and Join."""
+
+import gc
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
+
+local_rank = int(os.environ["LOCAL_RANK"])
+if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
+    torch.cuda.set_device(local_rank)
+    device, backend = torch.device("cuda", local_rank), "nccl"
+else:
+    device, backend = torch.device("cpu"), "gloo"
+dist.init_process_group(backend, timeout=timedelta(seconds=60))
+rank, world_size = dist.get_rank(), dist.get_world_size()
+
+# --8<-- [start:metric]
+# 11 validation samples; 1 = the model got it right. The true accuracy is 6/11 = 0.5455.
+correct = torch.tensor([1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0], dtype=torch.float64)
+
+
+def report(name: str, shard: list[int]) -> None:
+    mine = correct[shard].to(device)
+    # wrong: the mean of the ranks' means weighs a sample on a small shard more
+    mean = mine.mean().reshape(1)
+    dist.all_reduce(mean)
+    # right: add up sums and counts, divide once at the end
+    sums = torch.stack([mine.sum(), torch.tensor(float(len(mine)), device=device)])
+    dist.all_reduce(sums)
+    if rank == 0:
+        print(f"{name:30} counted {int(sums[1])} samples: mean of means {mean.item() / world_size:.4f}, "
+              f"sum/count {(sums[0] / sums[1]).item():.4f}")
+
+
+padded = list(DistributedSampler(correct, shuffle=False))  # pads by repeating samples
+dropped = list(DistributedSampler(correct, shuffle=False, drop_last=True))  # drops the rest
+exact = list(range(rank, len(correct), world_size))  # every sample exactly once, uneven shards
+report("DistributedSampler (default)", padded)
+report("DistributedSampler drop_last", dropped)
+report("range(rank, N, world_size)", exact)
+# --8<-- [end:metric]
+
+# --8<-- [start:join]
+torch.manual_seed(0)
+ddp = DDP(nn.Linear(4, 1).to(device), device_ids=[local_rank] if device.type == "cuda" else None)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+batches = 3 if rank == 0 else 2  # uneven: rank 0 has one batch more
+with Join([ddp]):  # a rank that runs out shadows the others' all-reduces instead of leaving them waiting
+    for _ in range(batches):
+        opt.zero_grad(set_to_none=True)
+        ddp(torch.randn(4, 4, device=device)).sum().backward()
+        opt.step()
+weights = torch.cat([p.detach().flatten() for p in ddp.parameters()])
+copies = [torch.empty_like(weights) for _ in range(world_size)]
+dist.all_gather(copies, weights)
+steps = [None] * world_size
+dist.all_gather_object(steps, batches)
+if rank == 0:
+    print(f"Join: batches per rank {steps}, replicas identical: {all(torch.equal(c, weights) for c in copies)}")
+# --8<-- [end:join]
+
+del ddp, opt
+gc.collect()
+dist.destroy_process_group()

@@ -1,0 +1,10 @@
+"""The head of a script written for the old `python -m torch.distributed.launch`."""
+
+# --8<-- [start:old]
+import argparse
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=0)  # the old launcher's underscore
+args = parser.parse_args()
+print("local rank", args.local_rank)
+# --8<-- [end:old]

@@ -1,0 +1,87 @@
+"""Survive a crash: checkpoint atomically every few steps, and let torchrun restart the workers.
+
+    torchrun --standalone --nproc-per-node=2 --max-restarts=1 snippets/ddp/resume.py --kill-at-step 5
+"""
+
+import argparse
+import gc
+import os
+import shutil
+import signal
+import tempfile
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=8)
+parser.add_argument("--kill-at-step", type=int, default=-1, help="rank 1 kills itself there, first attempt only")
+parser.add_argument("--out", help="save the final weights here (the tests compare two runs)")
+args = parser.parse_args()
+
+local_rank = int(os.environ["LOCAL_RANK"])
+if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
+    torch.cuda.set_device(local_rank)
+    device, backend = torch.device("cuda", local_rank), "nccl"
+else:
+    device, backend = torch.device("cpu"), "gloo"
+dist.init_process_group(backend, timeout=timedelta(seconds=60))
+rank = dist.get_rank()
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])  # 0, then 1 after one restart
+ckpt_dir = os.path.join(tempfile.gettempdir(), "ddp-resume-" + os.environ["TORCHELASTIC_RUN_ID"])
+path = os.path.join(ckpt_dir, "last.pt")
+
+
+def save_atomic(obj, path: str) -> None:
+    with open(path + ".tmp", "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).to(device)
+ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)  # momentum: state to restore too
+
+# --8<-- [start:resume]
+start = 0
+if os.path.exists(path):  # a restart: carry on from the last complete checkpoint
+    ckpt = torch.load(path, map_location=device, weights_only=True)
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optim"])
+    start = ckpt["step"]
+if rank == 0:
+    print(f"attempt {attempt}: starting at step {start}")
+# --8<-- [end:resume]
+
+# --8<-- [start:train]
+for step in range(start, args.steps):
+    if step == args.kill_at_step and attempt == 0 and rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # a crash nobody can catch: no cleanup at all
+    g = torch.Generator().manual_seed(1000 * step + rank)  # the data of a step is fixed by its number
+    x, y = torch.randn(4, 8, generator=g).to(device), torch.randn(4, 1, generator=g).to(device)
+    opt.zero_grad(set_to_none=True)
+    nn.functional.mse_loss(ddp(x), y).backward()
+    opt.step()
+    if (step + 1) % 2 == 0:  # every 2 steps
+        if rank == 0:
+            os.makedirs(ckpt_dir, exist_ok=True)
+            save_atomic({"model": model.state_dict(), "optim": opt.state_dict(), "step": step + 1}, path)
+        dist.barrier()
+# --8<-- [end:train]
+
+weights = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
+if rank == 0:
+    print(f"done after {args.steps} steps, sum of weights {weights.sum().item():.6f}")
+    if args.out:
+        torch.save(weights, args.out)
+    shutil.rmtree(ckpt_dir, ignore_errors=True)
+
+del ddp, opt
+gc.collect()
+dist.destroy_process_group()

@@ -1,0 +1,95 @@
+"""A complete DDP training script, and the proof that it trains exactly like one process."""
+
+import gc
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+# --8<-- [start:setup]
+local_rank = int(os.environ["LOCAL_RANK"])
+if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
+    torch.cuda.set_device(local_rank)
+    device, backend = torch.device("cuda", local_rank), "nccl"
+else:
+    device, backend = torch.device("cpu"), "gloo"
+dist.init_process_group(backend, timeout=timedelta(seconds=60))
+rank, world_size = dist.get_rank(), dist.get_world_size()
+# --8<-- [end:setup]
+
+# --8<-- [start:data]
+g = torch.Generator().manual_seed(0)  # the same data in every process
+X = torch.randn(64, 8, generator=g)
+Y = X @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(64, 1, generator=g)
+dataset = TensorDataset(X, Y)
+BATCH, EPOCHS = 8, 3  # per process: a step sees BATCH * world_size samples in all
+sampler = DistributedSampler(dataset, shuffle=True, seed=0)  # rank and world size from the group
+loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
+# --8<-- [end:data]
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)  # the same start in every process (DDP would broadcast rank 0's anyway)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+
+
+# --8<-- [start:model]
+model = make_model().to(device)
+ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+# --8<-- [end:model]
+
+# --8<-- [start:loop]
+for epoch in range(EPOCHS):
+    sampler.set_epoch(epoch)  # a different shuffle each epoch (see the next page)
+    total = torch.zeros(2, device=device)  # loss sum, sample count
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.mse_loss(ddp(x), y)
+        loss.backward()  # gradients are averaged over all processes here
+        opt.step()
+        total += torch.stack([loss.detach() * len(x), torch.tensor(len(x), device=device)])
+    dist.all_reduce(total)
+    if rank == 0:
+        print(f"epoch {epoch}: mean loss {total[0].item() / total[1].item():.4f} "
+              f"over {int(total[1].item())} samples")
+# --8<-- [end:loop]
+
+# --8<-- [start:check]
+flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+copies = [torch.empty_like(flat) for _ in range(world_size)]
+dist.all_gather(copies, flat)  # every rank's parameters, on every rank
+replicas_diff = max((c - flat).abs().max().item() for c in copies)
+
+# One process, full batches: each step takes the union of what every rank saw in that step.
+ref = make_model().to(device)
+ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+samplers = [DistributedSampler(dataset, world_size, r, shuffle=True, seed=0) for r in range(world_size)]
+for epoch in range(EPOCHS):
+    for s in samplers:
+        s.set_epoch(epoch)
+    per_rank = [list(s) for s in samplers]
+    for i in range(0, len(per_rank[0]), BATCH):
+        idx = [j for order in per_rank for j in order[i:i + BATCH]]
+        ref_opt.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(ref(X[idx].to(device)), Y[idx].to(device)).backward()
+        ref_opt.step()
+ref_flat = torch.cat([p.detach().flatten() for p in ref.parameters()])
+full_batch_diff = (ref_flat - flat).abs().max().item()
+if rank == 0:
+    print(f"max |difference| between the {world_size} replicas: {replicas_diff:.1e}")
+    print(f"max |DDP - one process on the full batch|: {full_batch_diff:.1e}")
+assert replicas_diff == 0.0, "the replicas diverged"
+assert full_batch_diff < 1e-5, "DDP did not match full-batch training"
+# --8<-- [end:check]
+
+# --8<-- [start:cleanup]
+del ddp, opt  # release DDP's hold on the process group first (see "Shutting down cleanly")
+gc.collect()
+dist.destroy_process_group()
+# --8<-- [end:cleanup]

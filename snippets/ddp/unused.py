@@ -1,0 +1,93 @@
+"""A parameter that gets no gradient: the error without find_unused_parameters, its cost with it."""
+
+import gc
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+local_rank = int(os.environ["LOCAL_RANK"])
+if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
+    torch.cuda.set_device(local_rank)
+    device, backend = torch.device("cuda", local_rank), "nccl"
+else:
+    device, backend = torch.device("cpu"), "gloo"
+dist.init_process_group(backend, timeout=timedelta(seconds=60))
+rank = dist.get_rank()
+ids = [local_rank] if device.type == "cuda" else None
+
+
+# --8<-- [start:model]
+class TwoHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 8)
+        self.head_a = nn.Linear(8, 1)
+        self.head_b = nn.Linear(8, 1)  # parameters 4 and 5: only used when task == "b"
+
+    def forward(self, x, task="a"):
+        h = torch.relu(self.body(x))
+        return self.head_a(h) if task == "a" else self.head_b(h)
+# --8<-- [end:model]
+
+
+def steps(model: nn.Module, n: int) -> None:
+    for _ in range(n):
+        model(torch.randn(4, 8, device=device)).sum().backward()
+
+
+# --8<-- [start:error]
+torch.manual_seed(0)
+ddp = DDP(TwoHeads().to(device), device_ids=ids)
+try:
+    steps(ddp, 2)  # the first step passes; the second finds the first one unfinished
+except RuntimeError as e:
+    if rank == 0:
+        lines = str(e).splitlines()
+        print("RuntimeError:", lines[0].split(". ")[0] + ".")
+        print(next(l for l in lines if l.startswith("Parameter indices")))
+# --8<-- [end:error]
+
+# --8<-- [start:fixes]
+torch.manual_seed(0)
+found = DDP(TwoHeads().to(device), device_ids=ids, find_unused_parameters=True)
+steps(found, 3)
+torch.manual_seed(0)
+static = DDP(TwoHeads().to(device), device_ids=ids, static_graph=True)
+steps(static, 3)
+if rank == 0:
+    print("find_unused_parameters=True: 3 steps done")
+    print("static_graph=True: 3 steps done")
+# --8<-- [end:fixes]
+
+
+# --8<-- [start:cost]
+class DeepTwoHeads(TwoHeads):  # the same unused head, behind 40 layers that are all used
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(*[nn.Linear(8, 8) for _ in range(40)])
+
+
+def ms_per_step(**kwargs) -> float:
+    torch.manual_seed(0)
+    model = DDP(DeepTwoHeads().to(device), device_ids=ids, **kwargs)
+    steps(model, 3)  # warm-up (static_graph learns the graph in its first step)
+    dist.barrier()
+    t0 = time.perf_counter()
+    steps(model, 20)
+    return (time.perf_counter() - t0) / 20 * 1e3
+
+
+searching, static_ms = ms_per_step(find_unused_parameters=True), ms_per_step(static_graph=True)
+if rank == 0:
+    print(f"find_unused_parameters=True: {searching:.2f} ms/step")
+    print(f"static_graph=True:           {static_ms:.2f} ms/step")
+# --8<-- [end:cost]
+
+del ddp, found, static
+gc.collect()
+dist.destroy_process_group()
