@@ -59,6 +59,9 @@ TEXT = {
 }
 
 
+OWN_PROCESSES = re.compile(r"\bmp\.spawn\(|torch\.multiprocessing|multiprocessing\.Process\(")
+
+
 def chapters() -> list[str]:
     return sorted(d.name for d in pages.SNIPPETS.iterdir() if d.is_dir() and any(d.glob("*.py")))
 
@@ -127,14 +130,18 @@ def build(chapter: str, lang: str) -> dict:
                 f"```bash\n{b.code.strip()}\n```" for b in runs)
         if marks:
             text += "\n\n" + t["gpu"].format(mark=marks[0])
-        plain = runs and all(PLAIN.match(b.code.strip()) for b in runs)
+        # a program that starts processes itself (mp.spawn) cannot run inside the kernel: the
+        # children could not import the functions defined there
+        plain = (runs and all(PLAIN.match(b.code.strip()) for b in runs)
+                 and not OWN_PROCESSES.search(program_code(path)))
         if plain:
             cells += [_md(text), _code(program_code(path), marks)]
         else:
             cells += [_md(text + "\n\n" + t["writefile"]),
                       _code(f"%%writefile {path}\n" + program_code(path))]
             for b in runs:
-                cells.append(_code("\n".join("!" + l for l in b.code.strip().splitlines()),
+                cmd = b.code.strip()  # one line: a ! cell; a script: a %%bash cell, run as one shell
+                cells.append(_code(f"%%bash\n{cmd}" if "\n" in cmd else f"!{cmd}",
                                    [m for m in [_gpu_mark(b.marks)] if m]))
     for i, c in enumerate(cells):  # nbformat 4.5: a stable id per cell; the source as lines
         c["id"] = f"{chapter}-{i}"

@@ -146,6 +146,8 @@ def on_post_build(config) -> None:
         lang = next((l for l in others if doc["location"].startswith(f"{l}/")), DEFAULT)
         if lang != DEFAULT:
             doc = dict(doc, location=doc["location"][len(lang) + 1:])
+        if doc["location"].startswith("notebooks/"):
+            continue  # the notebooks repeat the chapters' code: search finds the chapter pages
         split[lang].append(doc)
     for lang, docs in split.items():
         cfg = dict(data["config"])

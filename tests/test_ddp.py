@@ -55,7 +55,9 @@ def test_kill_and_resume_gives_the_uninterrupted_weights(tmp_path):
     assert killed.returncode == 0, out
     assert "attempt 0: starting at step 0" in killed.stdout
     assert "attempt 1: starting at step 4" in killed.stdout, out  # resumed from the step-4 checkpoint
-    assert "SIGKILL" in out or "exitcode: -9" in out, out  # it really was killed
+    # it really failed: torchrun names the first failure it sees, either the killed worker (-9,
+    # SIGKILL) or its peer, which loses the connection and aborts (-6, SIGABRT)
+    assert "exitcode: -9" in out or "exitcode: -6" in out, out
     a, b = torch.load(tmp_path / "whole.pt"), torch.load(tmp_path / "killed.pt")
     assert torch.equal(a, b), f"max |difference| {(a - b).abs().max().item()}"
     assert not _left_behind(marker)
@@ -67,7 +69,8 @@ def test_a_killed_rank_ends_the_job_with_a_clear_error_fast(tmp_path):
     proc, seconds = _run(["snippets/ddp/resume.py", "--kill-at-step", "3"], marker, tmp_path, timeout=60)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    assert "ChildFailedError" in out and "Signal 9 (SIGKILL) received" in out, out
+    assert "ChildFailedError" in out, out
+    assert "Signal 9 (SIGKILL) received" in out or "Signal 6 (SIGABRT) received" in out, out  # see above
     assert seconds < 60
     time.sleep(0.5)
     assert not _left_behind(marker), "processes left behind"

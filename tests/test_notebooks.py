@@ -39,13 +39,20 @@ def _source(cell) -> str:
     return src if isinstance(src, str) else "".join(src)
 
 
+def _command(cell) -> str | None:
+    """The shell command of a `!command` or `%%bash` cell, else None."""
+    src = _source(cell)
+    if src.startswith("%%bash\n"):
+        return src[len("%%bash\n"):].strip()
+    return src[1:].strip() if src.startswith("!") else None
+
+
 def _skip_reason(cell) -> str | None:
     tags = cell["metadata"].get("tags", [])
     reason = pages.unmet([f"pytest.mark.{t}" for t in tags])
     if reason:
         return reason
-    src = _source(cell)
-    if src.startswith("!") and src[1:].strip() in COMMANDS and not RUN_COMMANDS:
+    if _command(cell) in COMMANDS and not RUN_COMMANDS:
         return ("command cell: the page test runs this same command on the same file; "
                 "NOTEBOOKS_RUN_COMMANDS=1 runs it here too")
     return None
@@ -85,7 +92,7 @@ def test_notebook_cell_not_run_here(chapter, cell, first_line, reason):
 def _expected(cell) -> tuple[str, str] | None:
     """(recording key, expected output) for a cell that runs a program with a recorded output."""
     src = _source(cell)
-    command = src[1:].strip() if src.startswith("!") else None
+    command = _command(cell)
     if command is None:
         rel = _program(cell)
         if rel is None or src.startswith("%%writefile"):

@@ -45,10 +45,16 @@ GPU_ONLY = sorted({p for p in SNIPPET_FILES
 
 # One interpreter runs every GPU-only program in turn (runpy, as `python PATH` would), so that
 # the check costs one `import torch`, not one per program.
+# torchrun programs see the environment of a one-process torchrun job.
 _REFUSE = """
-import contextlib, io, json, runpy, sys, traceback
+import contextlib, io, json, os, runpy, socket, sys, traceback
 out = {}
 for path in sys.argv[1:]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     buf, code = io.StringIO(), 0
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
         sys.argv = [path]
