@@ -30,6 +30,7 @@ TEXT = {
         "verified_line": "**{cls}**: {devices}, torch {torch}, {dates} ({n} of {total} outputs)",
         "verified_none": "**{cls}**: no run recorded yet ({total} outputs)",
         "verified_gpu_note": "The GPU column is filled in only by running the suite on a GPU.",
+        "verified_test": "This page's tests: `pytest --codeblocks {path}` (runs every command above and compares its output).",
     },
     "zh": {
         "cpu": "CPU",
@@ -45,6 +46,7 @@ TEXT = {
         "verified_line": "**{cls}**：{devices}，torch {torch}，{dates}（{total} 段输出中的 {n} 段）",
         "verified_none": "**{cls}**：尚未录制（共 {total} 段输出）",
         "verified_gpu_note": "GPU 一栏只有在 GPU 上运行测试后才会填上。",
+        "verified_test": "本页的测试：`pytest --codeblocks {path}`（运行本页的每条命令并核对输出）。",
     },
 }
 
@@ -89,7 +91,7 @@ def render(key: str, needs_gpu: bool, lang: str) -> str:
     return "\n".join(tabs)
 
 
-def verified_on(directives: list[tuple[str, bool]], lang: str) -> str:
+def verified_on(directives: list[tuple[str, bool]], lang: str, page_path: str | None = None) -> str:
     """The page-level stamp: what the recordings this page shows were recorded on.
 
     Built from the ``#:`` headers of the very recordings the page renders (torch version, device,
@@ -112,6 +114,8 @@ def verified_on(directives: list[tuple[str, bool]], lang: str) -> str:
             n=len(recs), total=len(directives)))
     if gpu_missing:
         lines += ["", t["verified_gpu_note"]]
+    if page_path:
+        lines += ["", t["verified_test"].format(path=page_path)]
     body = "\n".join(lines)
     return f'!!! info "{t["verified"]}"\n\n{_indent(body)}\n'
 
@@ -143,5 +147,9 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         else:
             out.append(line)
     if directives:
-        out.insert(title_at or 0, "\n" + verified_on(directives, lang))
+        try:
+            page_path = Path(page.file.abs_src_path).resolve().relative_to(recordings.ROOT).as_posix()
+        except (TypeError, ValueError):
+            page_path = None
+        out.insert(title_at or 0, "\n" + verified_on(directives, lang, page_path))
     return "\n".join(out)
