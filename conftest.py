@@ -73,19 +73,16 @@ class BlockItem(pytest.Item):
 
 def pytest_collection_finish(session):
     """Run the selected blocks in the background, DOCS_JOBS (default: the number of cores) at a time."""
-    blocks = []
+    blocks, every = [], None
     for item in session.items:
         if isinstance(item, BlockItem):
             blocks.append(item.block)
         elif getattr(item, "originalname", "") == "test_snippet_runs":
             path = item.callspec.params["path"]
-            blocks += [b for b in _all_blocks() if path in b.snippets]
+            every = every if every is not None else pages.all_blocks()
+            blocks += [b for b in every if path in b.snippets]
     jobs = int(os.environ.get("DOCS_JOBS", os.cpu_count() or 1))
     pages.prefetch(blocks, jobs)
-
-
-def _all_blocks():
-    return [b for p in pages.pages() for b in pages.blocks(p)]
 
 
 def pytest_collection_modifyitems(config, items):

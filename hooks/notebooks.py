@@ -107,7 +107,7 @@ def program_code(path: str) -> str:
 
 def build(chapter: str, lang: str) -> dict:
     t = TEXT[lang]
-    blocks = [b for p in pages.pages(lang) for b in pages.blocks(p)]
+    blocks = pages.all_blocks(lang)
     page = _chapter_page(chapter, lang)
     title = _title(chapter, lang)
     link = f"../../{chapter}/" if page else "../../"  # the rendered page is <lang>/notebooks/<chapter>/

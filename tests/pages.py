@@ -114,6 +114,11 @@ def blocks(page: Path) -> list[Block]:
     return out
 
 
+def all_blocks(lang: str | None = None) -> list[Block]:
+    """The runnable blocks of every page (of one language, or both)."""
+    return [b for p in pages(lang) for b in blocks(p)]
+
+
 def includes(page: Path) -> list[str]:
     return INCLUDE.findall(page.read_text(encoding="utf-8"))
 

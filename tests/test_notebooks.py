@@ -31,7 +31,7 @@ import recordings  # noqa: E402
 
 CHAPTERS = notebooks.chapters()
 RUN_COMMANDS = os.environ.get("NOTEBOOKS_RUN_COMMANDS") == "1"
-COMMANDS = {b.code.strip(): b for p in pages.pages("en") for b in pages.blocks(p)}
+COMMANDS = {b.code.strip(): b for b in pages.all_blocks("en")}
 
 
 def _source(cell) -> str:

@@ -176,7 +176,7 @@ def test_nav_is_translated():
 
 
 def test_every_recording_is_used():
-    keys = {b.key for p in pages.pages() for b in pages.blocks(p) if b.key}
+    keys = {b.key for b in pages.all_blocks() if b.key}
     stale = [p.relative_to(pages.ROOT).as_posix()
              for cls in (pages.ROOT / "outputs").iterdir() if cls.is_dir()
              for p in cls.rglob("*.txt") if p.relative_to(cls).with_suffix("").as_posix() not in keys]

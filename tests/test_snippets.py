@@ -13,7 +13,7 @@ import pytest
 
 import pages
 
-ALL_BLOCKS = [b for p in pages.pages() for b in pages.blocks(p)]
+ALL_BLOCKS = pages.all_blocks()
 SNIPPET_FILES = sorted(p.relative_to(pages.ROOT).as_posix() for p in pages.SNIPPETS.rglob("*.py"))
 INCLUDED = {inc.split(":")[0] for p in pages.pages() for inc in pages.includes(p)}
 
