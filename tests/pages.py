@@ -146,17 +146,37 @@ class Result:
     timed_out: bool = False
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    # `python` and `torchrun` in a block are the interpreter running the tests
-    shim = Path(tempfile.gettempdir()) / f"gpu-by-example-bin-{os.getuid()}"
+def _shim_dir() -> Path:
+    """A folder whose ``python`` and ``python3`` run the interpreter that runs the tests.
+
+    They are tiny scripts that ``exec`` ``sys.executable`` by its own path: a symlink would not do,
+    because Python started through a link outside a virtual environment does not find the
+    environment's ``pyvenv.cfg`` and runs without its packages. One folder per interpreter,
+    rewritten every session, so it never points at another environment.
+    """
+    import hashlib
+
+    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
+    shim = Path(tempfile.gettempdir()) / f"gpu-by-example-bin-{os.getuid()}-{tag}"
     shim.mkdir(exist_ok=True)
-    link = shim / "python"
-    try:
-        link.symlink_to(sys.executable)
-    except FileExistsError:
-        pass
-    env["PATH"] = os.pathsep.join([str(shim), str(Path(sys.executable).parent), env.get("PATH", "")])
+    script = f'#!/bin/sh\nexec "{sys.executable}" "$@"\n'
+    for name in ("python", "python3"):
+        tmp = shim / f".{name}.{os.getpid()}"
+        tmp.write_text(script)
+        tmp.chmod(0o755)
+        os.replace(tmp, shim / name)  # atomic: a block starting now sees the old or the new one
+    return shim
+
+
+_SHIM: Path | None = None
+
+
+def _env() -> dict:
+    global _SHIM
+    env = dict(os.environ)
+    # `python` and `torchrun` in a block are those of the interpreter running the tests
+    _SHIM = _SHIM or _shim_dir()
+    env["PATH"] = os.pathsep.join([str(_SHIM), str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONUNBUFFERED"] = "1"  # keep stdout and stderr in the order they were written
     env.pop("PYTEST_CURRENT_TEST", None)
     return env
