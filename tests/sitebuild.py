@@ -1,7 +1,9 @@
 """Build the site once per test session and serve it on 127.0.0.1, for the tests that need it.
 
 ``built()`` runs ``mkdocs build --strict`` into a temporary folder the first time it is called and
-returns that folder (and the build's wall time) every time after. ``serve(root)`` serves a folder on
+returns that folder (and the build's wall time) every time after. It fails on any WARNING line of
+the build's log: the build runs without ``-q`` (which lowers mkdocs' log level to ERROR, so that
+``--strict`` has no warnings to count). ``serve(root)`` serves a folder on
 a free port of 127.0.0.1 the way GitHub Pages does: files as they are, and ``/404.html`` with status
 404 for any path that is not there.
 """
@@ -29,11 +31,15 @@ def built() -> tuple[Path, float]:
     atexit.register(shutil.rmtree, out, True)
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out / "site")],
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d",
+                           str(out / "site")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     seconds = time.perf_counter() - t0
-    if proc.returncode:
-        raise RuntimeError(f"mkdocs build --strict failed:\n{proc.stdout}{proc.stderr}")
+    log = proc.stdout + proc.stderr
+    warnings = [line for line in log.splitlines() if line.startswith(("WARNING", "ERROR"))]
+    if proc.returncode or warnings:
+        raise RuntimeError(f"mkdocs build --strict failed (exit {proc.returncode}):\n"
+                           + "\n".join(warnings or log.splitlines()[-30:]))
     return out / "site", seconds
 
 

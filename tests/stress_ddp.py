@@ -14,9 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import pages  # noqa: E402
-import recordings  # noqa: E402
+from pagerun import pages, recordings, runner
 
 UNFIXED = '''
 import os
@@ -44,7 +42,7 @@ def main() -> int:
     args = ap.parse_args()
 
     blocks = [b for p in sorted((pages.DOCS / "en" / "ddp").glob("*.md")) for b in pages.blocks(p)
-              if b.snippets and not pages.unmet(b.marks) and args.k in b.code]
+              if b.snippets and not runner.unmet(b.marks) and args.k in b.code]
     if args.trap:
         tmp = Path(tempfile.mkdtemp()) / "unfixed.py"
         tmp.write_text(UNFIXED)
@@ -53,11 +51,11 @@ def main() -> int:
                                       f"--standalone --nproc-per-node=2 {tmp}\n"))
     total_bad = 0
     for b in blocks:
-        rec = recordings.load(pages.device()["class"], b.key) if b.key else None
+        rec = recordings.load(runner.device()["class"], b.key) if b.key else None
         counts = {"ok": 0, "crash": 0, "hang": 0, "differs": 0, "sigabrt": 0}
         t0 = time.monotonic()
         for _ in range(args.n):
-            res = pages.run(b)
+            res = runner.run(b)
             if "terminate called" in res.output or "SIGABRT" in res.output:
                 counts["sigabrt"] += 1
             if res.timed_out:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-import pages
+from pagerun import pages
 
 SNIPPETS = pages.ROOT / "snippets" / "dp"
 

@@ -12,7 +12,7 @@ from importlib import util as _util
 
 import pytest
 
-import pages
+from pagerun import pages
 
 # hooks/site.py by path: "site" is also the name of a standard-library module
 _spec = _util.spec_from_file_location("site_hook", pages.ROOT / "hooks" / "site.py")

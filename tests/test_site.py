@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-import pages
+from pagerun import pages, recordings
 import sitebuild
 
 EN = sorted(p.relative_to(pages.DOCS / "en").as_posix() for p in pages.pages("en"))
@@ -116,7 +116,7 @@ def test_pages_with_outputs_say_what_they_were_verified_on(page):
     assert m, "no 'verified on' stamp under the title"
     for cls in ("cpu", "gpu"):
         for key in keys:
-            rec = pages.recordings.load(cls, key)
+            rec = recordings.load(cls, key)
             if rec is not None:
                 for field in ("torch", "device", "date"):
                     assert rec.meta[field] in m.group(1), f"{field} of {rec.path.name} not in the stamp"

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-import pages
+from pagerun import pages, runner
 
 ALL_BLOCKS = pages.all_blocks()
 SNIPPET_FILES = sorted(p.relative_to(pages.ROOT).as_posix() for p in pages.SNIPPETS.rglob("*.py"))
@@ -29,11 +29,11 @@ def test_snippet_runs(path, request):
     assert runs, f"{path}: no page runs it (a ```bash block with `python {path}` or `torchrun ... {path}`)"
     skipped = []
     for block in runs.values():
-        reason = pages.unmet(block.marks)
+        reason = runner.unmet(block.marks)
         if reason:
             skipped.append(reason)
             continue
-        pages.check(block, update=request.config.option.update_outputs)
+        runner.check(block, update=request.config.option.update_outputs)
     if len(skipped) == len(runs):
         pytest.skip(skipped[0])
 
@@ -83,7 +83,7 @@ def _refusals() -> dict:
 def test_gpu_only_snippet_refuses_to_run_without_gpu(path):
     """Never a silent success: without the GPUs it needs, a GPU-only program exits non-zero and says why."""
     runs = [b for b in ALL_BLOCKS if path in b.snippets]
-    if pages.unmet(runs[0].marks) is None:
+    if runner.unmet(runs[0].marks) is None:
         pytest.skip("this machine has the GPUs it needs: the program itself is run by test_snippet_runs")
     code, output = _refusals()[path]
     assert code not in (0, None), f"{path} exited 0 without a GPU:\n{output}"

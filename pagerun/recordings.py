@@ -10,16 +10,25 @@ A page runs an example with a ``bash`` block and names its recording on the next
 The recording for each device class is ``outputs/<class>/<key>.txt``: a few ``#:`` header lines
 (command, exit status, torch, device, date) and then the combined stdout/stderr of a real run.
 The tests compare new runs against it; ``pytest --update-outputs`` rewrites it; the MkDocs hook
-(``hooks/outputs.py``) renders it on the page. Both import this module, so there is one format.
+(``hooks/outputs.py``, through ``pagerun.render``) renders it on the page. Both import this
+module, so there is one format.
+
+A recording never outlives its program silently: the ``files`` header holds a fingerprint of every
+program the command ran (``fingerprint``: the hash of the program's syntax tree, so reformatting
+and comments do not count and any change of code does). ``stale(rec, command, files)`` says why a
+recording no longer describes the page's command; the page then labels it "recorded from an
+earlier version" and the test summary lists it (a CPU machine cannot re-record a GPU output).
 """
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent  # the repository
 OUTPUTS = ROOT / "outputs"
 
 # Device classes, in the order the page shows them as tabs.
@@ -112,3 +121,37 @@ def short_gpu_name(device: str) -> str:
     """'NVIDIA H100 80GB HBM3 ×1, CUDA 13.0' -> 'H100' (for a tab label)."""
     m = re.search(r"\b([A-Z]{1,3}\d{2,4}[A-Za-z]*)\b", device)
     return m.group(1) if m else "GPU"
+
+
+def fingerprint(path: str) -> str:
+    """A short hash of a program (a path relative to the repository) as Python sees it.
+
+    The hash of ``ast.dump`` of the parsed file: a change of code, strings or docstrings changes
+    it; wrapping lines, reformatting and comments do not (they cannot change what it prints).
+    Files that are not Python are hashed byte for byte.
+    """
+    data = (ROOT / path).read_bytes()
+    if path.endswith(".py"):
+        try:
+            data = ast.dump(ast.parse(data)).encode()
+        except SyntaxError:
+            pass
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def files_field(paths: list[str]) -> str:
+    """The ``files`` header: ``snippets/a.py@1a2b3c4d5e6f snippets/b.py@...``."""
+    return " ".join(f"{p}@{fingerprint(p)}" for p in sorted(paths))
+
+
+def stale(rec: Recording, command: str, paths: list[str]) -> str | None:
+    """Why ``rec`` does not describe running ``command`` on today's ``paths``, or None."""
+    if rec.meta.get("command") != command:
+        return f"recorded from another command: `{rec.meta.get('command')}`"
+    recorded = dict(f.rsplit("@", 1) for f in rec.meta.get("files", "").split() if "@" in f)
+    if not recorded and paths:
+        return "recorded without program fingerprints"
+    changed = [p for p in sorted(paths) if recorded.get(p) != fingerprint(p)]
+    if changed:
+        return "program changed since: " + ", ".join(changed)
+    return None

@@ -1,0 +1,154 @@
+"""One runnable notebook per chapter, generated from ``snippets/<chapter>/*.py`` (the MkDocs hook
+``hooks/notebooks.py`` calls ``write_all`` before each build and ``on_files``).
+
+Nothing is stored twice: before each build, ``docs/<lang>/notebooks/<chapter>.ipynb`` is written
+(git-ignored) from the snippet files and from the commands that the pages run. Each program gets
+a markdown cell naming the file, a ``%%writefile`` cell that writes it to ``snippets/<chapter>/``,
+and one ``!`` (or ``%%bash``) cell per command the page runs, exactly as the page runs it: the
+programs parse their command line and some start several processes, so they run as programs,
+not inside the kernel. Cells for commands that need a GPU are tagged ``needs_cuda`` /
+``needs_2_gpus``.
+
+mkdocs-jupyter renders them. With mkdocs-static-i18n it needs help: i18n rebuilds every file
+object after mkdocs-jupyter has marked the notebooks as pages, and the ``.ipynb`` would be copied
+raw; ``on_files`` below (running after i18n) marks them as pages again. ``tests/test_notebooks.py``
+executes the notebooks with nbclient.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from pagerun import pages
+
+ROOT = pages.ROOT
+
+SECTION = re.compile(r"^\s*# --8<-- \[(start|end):[\w-]+\]\s*$")
+TEXT = {
+    "en": {
+        "title": "# {title}: notebook",
+        "intro": ("Generated from the programs in `snippets/{chapter}/`, for the chapter "
+                  "[{title}]({page}). Each program is the file the chapter shows, run the way the "
+                  "chapter runs it: written to `snippets/{chapter}/` with `%%writefile`, then "
+                  "started from a shell cell with the chapter's own command. Run the "
+                  "cells from the top; the first one creates the folder. "
+                  "[Download this notebook]({chapter}.ipynb)."),
+        "program": "## `{path}`",
+        "run": "The chapter runs it with:",
+        "gpu": "**Needs a GPU** (`{mark}`): on a machine without one the program says so and stops.",
+        "writefile": "The next cell writes the program to disk; the cells after it run it.",
+    },
+    "zh": {
+        "title": "# {title}：notebook",
+        "intro": ("由 `snippets/{chapter}/` 中的程序生成，对应章节[{title}]({page})。每个程序都是章节中"
+                  "展示的那个文件，运行方式也与章节相同：先用 `%%writefile` 写到 `snippets/{chapter}/`，"
+                  "再在 shell 单元中用章节里的命令启动。请从上往下依次运行，第一个单元会创建目录。"
+                  "[下载这个 notebook]({chapter}.ipynb)。"),
+        "program": "## `{path}`",
+        "run": "章节中的运行命令：",
+        "gpu": "**需要 GPU**（`{mark}`）：在没有 GPU 的机器上，程序会说明这一点并退出。",
+        "writefile": "下一个单元把程序写入文件，之后的单元运行它。",
+    },
+}
+
+
+def chapters() -> list[str]:
+    return sorted(d.name for d in pages.SNIPPETS.iterdir() if d.is_dir() and any(d.glob("*.py")))
+
+
+def _gpu_mark(marks) -> str | None:
+    for m in marks:
+        for need in ("needs_2_gpus", "needs_cuda"):
+            if m.startswith(f"pytest.mark.{need}"):
+                return need
+    return None
+
+
+def _md(text: str) -> dict:
+    return {"cell_type": "markdown", "metadata": {}, "source": text}
+
+
+def _code(text: str, tags=()) -> dict:
+    meta = {"tags": list(tags)} if tags else {}
+    return {"cell_type": "code", "metadata": meta, "execution_count": None, "outputs": [],
+            "source": text}
+
+
+def _chapter_page(chapter: str, lang: str) -> Path | None:
+    page = pages.DOCS / lang / chapter / "index.md"
+    return page if page.exists() else None
+
+
+def _title(chapter: str, lang: str) -> str:
+    page = _chapter_page(chapter, lang)
+    if page:
+        for line in page.read_text(encoding="utf-8").splitlines():
+            m = pages.HEADING.match(line)
+            if m and len(m.group(1)) == 1:
+                return pages.HEADING_ID.sub("", m.group(2)).strip()
+    return chapter
+
+
+def program_code(path: str) -> str:
+    """The program as a reader runs it: the file without the section markers."""
+    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
+    return "\n".join(l for l in lines if not SECTION.match(l)).strip("\n") + "\n"
+
+
+def build(chapter: str, lang: str) -> dict:
+    t = TEXT[lang]
+    blocks = pages.all_blocks(lang)
+    page = _chapter_page(chapter, lang)
+    title = _title(chapter, lang)
+    link = f"../../{chapter}/" if page else "../../"  # the rendered page is <lang>/notebooks/<chapter>/
+    cells = [_md(t["title"].format(title=title) + "\n\n" + t["intro"].format(
+                 chapter=chapter, title=title, page=link)),
+             _code(f'import os\n\nos.makedirs("snippets/{chapter}", exist_ok=True)')]
+    # programs in the order the pages first run them, then any others
+    files = sorted((ROOT / "snippets" / chapter).glob("*.py"))
+    rel = [f.relative_to(ROOT).as_posix() for f in files]
+    first = {}
+    for i, b in enumerate(blocks):
+        for s in b.snippets:
+            first.setdefault(s, i)
+    for path in sorted(rel, key=lambda s: (first.get(s, len(blocks)), s)):
+        runs = list({b.code: b for b in blocks if path in b.snippets}.values())
+        marks = sorted({_gpu_mark(b.marks) for b in runs} - {None})
+        text = t["program"].format(path=path)
+        if runs:
+            text += "\n\n" + t["run"] + "\n\n" + "\n".join(
+                f"```bash\n{b.code.strip()}\n```" for b in runs)
+        if marks:
+            text += "\n\n" + t["gpu"].format(mark=marks[0])
+        cells += [_md(text + "\n\n" + t["writefile"]),
+                  _code(f"%%writefile {path}\n" + program_code(path))]
+        for b in runs:
+            cmd = b.code.strip()  # one line: a ! cell; a script: a %%bash cell, run as one shell
+            cells.append(_code(f"%%bash\n{cmd}" if "\n" in cmd else f"!{cmd}",
+                               [m for m in [_gpu_mark(b.marks)] if m]))
+    for i, c in enumerate(cells):  # nbformat 4.5: a stable id per cell; the source as lines
+        c["id"] = f"{chapter}-{i}"
+        c["source"] = c["source"].splitlines(keepends=True)
+    return {"cells": cells, "metadata": {
+                "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                "language_info": {"name": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+def target(chapter: str, lang: str) -> Path:
+    return pages.DOCS / lang / "notebooks" / f"{chapter}.ipynb"
+
+
+def write_all() -> list[Path]:
+    written = []
+    for lang in pages.LANGS:
+        for chapter in chapters():
+            path = target(chapter, lang)
+            text = json.dumps(build(chapter, lang), ensure_ascii=False, indent=1) + "\n"
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")  # only when changed: `mkdocs serve` stays calm
+            written.append(path)
+    return written

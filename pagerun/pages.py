@@ -1,0 +1,131 @@
+"""The page model: what a page of ``docs/`` holds that the engine cares about.
+
+- ``pages(lang)``: the Markdown pages, one tree per language (``docs/en``, ``docs/zh``).
+- ``blocks(page)``: the runnable blocks of a page (fences tagged exactly ``bash``, ``sh`` or
+  ``python``, as pytest-codeblocks collects them, parsed with its own ``extract_from_buffer``),
+  with ``--8<--`` includes expanded by pymdownx.snippets itself, each with its pytest marks and
+  the ``<!-- output: KEY -->`` directive that follows it.
+- ``includes(page)``, ``heading_ids(page)``: what the en/zh parity checks compare.
+
+Running a block is ``pagerun.runner``; the recordings a directive names are ``pagerun.recordings``.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import markdown
+from pytest_codeblocks import extract_from_buffer
+
+from pagerun import recordings
+
+ROOT = recordings.ROOT
+DOCS = ROOT / "docs"
+SNIPPETS = ROOT / "snippets"
+LANGS = ("en", "zh")
+RUNNABLE = ("bash", "sh", "python")
+INCLUDE = re.compile(r'--8<--\s*"([^"]+)"')
+SNIPPET_PATH = re.compile(r"\bsnippets/[\w/.-]+?\.py\b")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
+HEADING_ID = re.compile(r"\{\s*#([\w-]+)[^}]*\}\s*$")
+DEFAULT_TIMEOUT = 120
+
+
+@dataclass
+class Block:
+    page: Path
+    lineno: int
+    syntax: str
+    code: str
+    marks: list[str] = field(default_factory=list)
+    key: str | None = None  # the recording named by <!-- output: KEY --> after the block
+    exit: int = 0
+
+    @property
+    def page_rel(self) -> str:
+        return self.page.relative_to(ROOT).as_posix()
+
+    @property
+    def title(self) -> str:
+        first = self.code.strip().splitlines()[0] if self.code.strip() else ""
+        return f"line {self.lineno}: {first[:70]}"
+
+    @property
+    def snippets(self) -> list[str]:
+        return sorted(set(SNIPPET_PATH.findall(self.code)))
+
+    @property
+    def timeout(self) -> int:
+        for m in self.marks:
+            t = re.match(r"pytest\.mark\.run_timeout\((\d+)", m)
+            if t:
+                return int(t.group(1))
+        return DEFAULT_TIMEOUT
+
+
+def pages(lang: str | None = None) -> list[Path]:
+    langs = [lang] if lang else LANGS
+    return sorted(p for l in langs for p in (DOCS / l).rglob("*.md"))
+
+
+def expand(text: str) -> str:
+    """Expand ``--8<--`` includes with pymdownx.snippets itself (same settings as mkdocs.yml)."""
+    md = markdown.Markdown(
+        extensions=["pymdownx.snippets"],
+        extension_configs={"pymdownx.snippets": {
+            "base_path": [str(ROOT)], "check_paths": True, "dedent_subsections": True}},
+    )
+    return "\n".join(md.preprocessors["snippet"].run(text.split("\n")))
+
+
+def blocks(page: Path) -> list[Block]:
+    text = page.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    out = []
+    for cb in extract_from_buffer(io.StringIO(text)):
+        if cb.syntax not in RUNNABLE:
+            continue
+        code = expand(cb.code) if INCLUDE.search(cb.code) else cb.code
+        block = Block(page, cb.lineno, cb.syntax, code, list(cb.marks))
+        # the line after the closing fence (skipping blank lines) may name the recording
+        i = cb.lineno  # 1-based line of the opening fence -> index of the first code line
+        fence = lines[cb.lineno - 1].strip()
+        ticks = fence[: len(fence) - len(fence.lstrip("`"))]
+        while i < len(lines) and not lines[i].strip().startswith(ticks):
+            i += 1
+        i += 1
+        while i < len(lines) and not lines[i].strip():
+            i += 1
+        if i < len(lines):
+            parsed = recordings.parse_directive(lines[i])
+            if parsed:
+                block.key, opts = parsed
+                block.exit = int(opts.get("exit", 0))
+        out.append(block)
+    return out
+
+
+def all_blocks(lang: str | None = None) -> list[Block]:
+    """The runnable blocks of every page (of one language, or both)."""
+    return [b for p in pages(lang) for b in blocks(p)]
+
+
+def includes(page: Path) -> list[str]:
+    return INCLUDE.findall(page.read_text(encoding="utf-8"))
+
+
+def heading_ids(page: Path) -> list[str]:
+    ids, fence = [], False
+    for line in page.read_text(encoding="utf-8").split("\n"):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        m = None if fence else HEADING.match(line)
+        if m:
+            hid = HEADING_ID.search(m.group(2))
+            ids.append(hid.group(1) if hid else f"<no id: {m.group(2)}>")
+    return ids
+
+

@@ -1,0 +1,109 @@
+"""The test collector (a pytest plugin, loaded by the root ``conftest.py``).
+
+``pytest --codeblocks`` collects the runnable code blocks of every page in docs/ (both languages)
+here, not through pytest-codeblocks' own collector: ours expands ``--8<--`` includes, runs each
+block in a fresh process as a reader would (``pagerun.runner``), and compares its output with the
+recording named on the page (``pagerun.recordings``). pytest-codeblocks still provides the
+``--codeblocks`` switch and the parser (``extract_from_buffer``), so the page syntax and markers
+are its own; its collector is switched off here so that every block is collected exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from pagerun import pages, recordings, runner
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-outputs", action="store_true",
+                     help="rewrite recorded outputs (outputs/<device class>/...) from real runs")
+
+
+DEVICE = pytest.StashKey[dict]()
+
+
+def pytest_configure(config):
+    plugin = config.pluginmanager.get_plugin("codeblocks")
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin)  # keep its --codeblocks option, not its collector
+    config.stash[DEVICE] = runner.device()
+
+
+def pytest_report_header(config):
+    dev = config.stash[DEVICE]
+    return [f"docs device class: {dev['class']} ({dev['desc']}); torch {dev['torch']}; "
+            f"python {sys.executable}"]
+
+
+def pytest_collect_file(file_path, parent):
+    if (parent.config.option.codeblocks and file_path.suffix == ".md"
+            and pages.DOCS in file_path.parents):
+        return PageFile.from_parent(parent, path=file_path)
+
+
+class PageFile(pytest.File):
+    def collect(self):
+        for block in pages.blocks(self.path):
+            item = BlockItem.from_parent(self, name=block.title, block=block)
+            for mark in block.marks:
+                item.add_marker(eval(mark, {"pytest": pytest, "sys": sys}))
+            yield item
+
+
+class BlockItem(pytest.Item):
+    def __init__(self, *, block, **kwargs):
+        super().__init__(**kwargs)
+        self.block = block
+
+    def runtest(self):
+        runner.check(self.block, update=self.config.option.update_outputs)
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, runner.Mismatch):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, self.block.lineno - 1, self.name
+
+
+def pytest_collection_finish(session):
+    """Run the selected blocks in the background, DOCS_JOBS (default: the number of cores) at a time."""
+    blocks, every = [], None
+    for item in session.items:
+        if isinstance(item, BlockItem):
+            blocks.append(item.block)
+        elif getattr(item, "originalname", "") == "test_snippet_runs":
+            path = item.callspec.params["path"]
+            every = every if every is not None else pages.all_blocks()
+            blocks += [b for b in every if path in b.snippets]
+    jobs = int(os.environ.get("DOCS_JOBS", os.cpu_count() or 1))
+    runner.prefetch(blocks, jobs)
+
+
+def pytest_collection_modifyitems(config, items):
+    """needs_cuda / needs_2_gpus: skip where the hardware is missing, with the reason shown."""
+    for item in items:
+        reason = runner.unmet([f"pytest.mark.{m.name}" for m in item.iter_markers()])
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """A report, not a failure: recordings of the other device class made from older programs."""
+    if not config.option.codeblocks:
+        return
+    here = runner.device()["class"]
+    for cls in recordings.CLASSES:
+        if cls == here:
+            continue
+        old = runner.stale_recordings(pages.all_blocks(), cls)
+        if old:
+            terminalreporter.section(f"{cls.upper()} recordings from an earlier version "
+                                     f"(re-record on a {cls.upper()} machine)")
+            for path, why in sorted(old.items()):
+                terminalreporter.write_line(f"{path}: {why}")

@@ -1,0 +1,317 @@
+"""Run a page's block the way a reader would, and check it against its recording.
+
+Every block runs in its own process (its own process group, killed afterwards so nothing is left
+behind), from the repository root, with a timeout, and with ``python`` / ``torchrun`` being those
+of the interpreter that runs the tests (``_shim``), whatever kind of environment that is.
+
+Two ways to start that process, with the same result:
+
+- ``bash -c CODE`` (or ``python -c CODE``): every block can run this way.
+- **warm**: a block whose every line is ``python snippets/PROGRAM.py [ARGS]`` (optionally after
+  ``CUDA_*=...`` assignments, which only matter when CUDA starts) is forked from a server that
+  has already imported torch (``multiprocessing``'s fork server, preloading ``pagerun._warm``;
+  CUDA is never initialised there). The child sets the environment, ``sys.argv``, ``sys.path``,
+  the working directory and the standard streams as the interpreter would, runs the program as
+  ``__main__``, prints an uncaught exception's traceback as Python does, runs ``atexit``
+  handlers, and exits with the program's status. It saves ``import torch`` (about a second on
+  two cores) per block. ``tests/test_engine.py`` checks on a sample that both ways print the same.
+  ``DOCS_WARM=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import hashlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from pagerun import recordings
+from pagerun.pages import ROOT, Block
+
+# One line of a warm block: CUDA_* assignments, then `python snippets/....py` and plain arguments.
+_ASSIGN = r"CUDA_[A-Z_]+=[\w,.-]*"
+WARM_LINE = re.compile(rf"^((?:{_ASSIGN} )*)python3? (snippets/[\w/.-]+\.py)((?: [\w=./:,+-]+)*)$")
+
+
+@dataclass
+class Result:
+    exit: int
+    output: str
+    seconds: float
+    timed_out: bool = False
+    how: str = "shell"  # "shell" or "warm"
+
+
+# --------------------------------------------------------------------------------------------
+# the environment of a block
+
+def _shim_dir() -> Path:
+    """A folder whose ``python`` and ``python3`` run the interpreter that runs the tests.
+
+    They are tiny scripts that ``exec`` ``sys.executable`` by its own path: a symlink would not do,
+    because Python started through a link outside a virtual environment does not find the
+    environment's ``pyvenv.cfg`` and runs without its packages. One folder per interpreter,
+    rewritten every session, so it never points at another environment.
+    """
+    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
+    shim = Path(tempfile.gettempdir()) / f"gpu-by-example-bin-{os.getuid()}-{tag}"
+    shim.mkdir(exist_ok=True)
+    script = f'#!/bin/sh\nexec "{sys.executable}" "$@"\n'
+    for name in ("python", "python3"):
+        tmp = shim / f".{name}.{os.getpid()}"
+        tmp.write_text(script)
+        tmp.chmod(0o755)
+        os.replace(tmp, shim / name)  # atomic: a block starting now sees the old or the new one
+    return shim
+
+
+_SHIM: Path | None = None
+
+
+def env() -> dict:
+    """The environment a block runs in."""
+    global _SHIM
+    e = dict(os.environ)
+    _SHIM = _SHIM or _shim_dir()
+    e["PATH"] = os.pathsep.join([str(_SHIM), str(Path(sys.executable).parent), e.get("PATH", "")])
+    e["PYTHONUNBUFFERED"] = "1"  # keep stdout and stderr in the order they were written
+    for name in ("PYTEST_CURRENT_TEST", "PYTEST_VERSION", "PYTEST_ADDOPTS"):
+        e.pop(name, None)
+    return e
+
+
+# --------------------------------------------------------------------------------------------
+# running
+
+def warm_commands(block: Block) -> list[tuple[dict, list[str]]] | None:
+    """``[(env assignments, argv)]`` if every line of the block can run warm, else None."""
+    if block.syntax not in ("bash", "sh") or os.environ.get("DOCS_WARM", "1") == "0":
+        return None
+    cmds = []
+    for line in block.code.strip().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = WARM_LINE.match(line)
+        if not m:
+            return None
+        assigns = dict(a.split("=", 1) for a in m.group(1).split())
+        cmds.append((assigns, [m.group(2), *shlex.split(m.group(3))]))
+    return cmds or None
+
+
+def run(block: Block, warm: bool = True) -> Result:
+    start = time.monotonic()
+    cmds = warm_commands(block) if warm else None
+    if cmds:
+        from pagerun import warmpool
+
+        base = env()
+        out, code, timed_out = [], 0, False
+        for assigns, argv in cmds:  # like bash -c: every line runs; the last one's status counts
+            left = block.timeout - (time.monotonic() - start)
+            text, code, timed_out = warmpool.run(argv, dict(base, **assigns), ROOT, left)
+            out.append(text)
+            if timed_out:
+                break
+        return Result(code, "".join(out), time.monotonic() - start, timed_out, "warm")
+    if block.syntax == "python":
+        argv = [sys.executable, "-c", block.code]
+    else:
+        argv = ["bash" if block.syntax == "bash" else "sh", "-c", block.code]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    timed_out = False
+    try:
+        out, _ = proc.communicate(timeout=block.timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_group(proc.pid)
+        out, _ = proc.communicate()
+    finally:
+        kill_group(proc.pid)  # whatever the block started (torchrun workers...) goes too
+    return Result(proc.returncode, out.decode("utf-8", "replace"), time.monotonic() - start,
+                  timed_out)
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# --------------------------------------------------------------------------------------------
+# the machine
+
+_DEVICE: dict | None = None
+
+
+def device() -> dict:
+    """What this machine is: its device class ("cpu" or "gpu"), GPU count, and a description."""
+    global _DEVICE
+    if _DEVICE is None:
+        import platform
+
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n:
+            name = torch.cuda.get_device_name(0)
+            desc = f"{name} ×{n}, CUDA {torch.version.cuda}"
+        else:
+            model = platform.processor() or platform.machine()
+            try:
+                for line in Path("/proc/cpuinfo").read_text().splitlines():
+                    if line.startswith("model name"):
+                        model = line.split(":", 1)[1].strip()
+                        break
+            except OSError:
+                pass
+            desc = f"CPU only: {model}, {os.cpu_count()} cores"
+        _DEVICE = {"class": "gpu" if n else "cpu", "gpus": n, "desc": desc,
+                   "torch": torch.__version__, "python": platform.python_version()}
+    return _DEVICE
+
+
+def unmet(marks: list[str]) -> str | None:
+    """The reason a block cannot run here, from its needs_* marks, or None."""
+    dev = device()
+    for m in marks:
+        if m.startswith("pytest.mark.needs_cuda") and dev["gpus"] < 1:
+            return "needs CUDA: no GPU on this machine (torch.cuda.is_available() is False)"
+        if m.startswith("pytest.mark.needs_2_gpus") and dev["gpus"] < 2:
+            return f"needs 2 GPUs: this machine has {dev['gpus']}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# running each command once per session, in the background
+
+_CACHE: dict[tuple[str, str], Result | Future] = {}
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _cost(block: Block) -> int:
+    """A rough order for scheduling: several processes first, the warm ones last."""
+    code = block.code
+    if "torchrun" in code or "spawn" in code or "--nnodes" in code:
+        return 0
+    return 2 if warm_commands(block) else 1
+
+
+def prefetch(blocks: list[Block], jobs: int) -> None:
+    """Start running these blocks, `jobs` at a time, longest kinds first; run_cached waits.
+
+    Each block still runs in its own process with its own timeout; this only keeps every core
+    busy while the tests compare outputs in collection order.
+    """
+    global _POOL
+    if jobs < 2:
+        return
+    _POOL = _POOL or ThreadPoolExecutor(jobs, thread_name_prefix="block")
+    todo = {}
+    for b in blocks:
+        k = (b.syntax, b.code)
+        if k not in _CACHE and k not in todo and unmet(b.marks) is None:
+            todo[k] = b
+    for k, b in sorted(todo.items(), key=lambda kv: _cost(kv[1])):
+        _CACHE[k] = _POOL.submit(run, b)
+
+
+def run_cached(block: Block) -> Result:
+    """Run a block once per test session: the same command on the en and zh page runs once."""
+    k = (block.syntax, block.code)
+    if k not in _CACHE:
+        _CACHE[k] = run(block)
+    if isinstance(_CACHE[k], Future):
+        _CACHE[k] = _CACHE[k].result()
+    return _CACHE[k]
+
+
+# --------------------------------------------------------------------------------------------
+# checking a block against its recording
+
+class Mismatch(AssertionError):
+    pass
+
+
+def command_of(block: Block) -> str:
+    return " ".join(block.code.split())
+
+
+def _tail(text: str, n: int = 40) -> str:
+    lines = text.rstrip("\n").splitlines()
+    cut = f"[... {len(lines) - n} earlier lines]\n" if len(lines) > n else ""
+    return cut + "\n".join(lines[-n:])
+
+
+def check(block: Block, update: bool = False) -> str:
+    """Run a block and compare it with its recording; with update=True, record it instead.
+
+    Returns a short note of what was done. Raises Mismatch with a readable message: the page and
+    line, the command, the exit status and the tail of the output.
+    """
+    res = run_cached(block)
+    where = f"{block.page_rel}:{block.lineno}"
+    head = f"{where}\n--- command ---\n{block.code.rstrip()}\n"
+    if res.timed_out:
+        raise Mismatch(f"{head}--- timed out after {block.timeout} s and was killed; "
+                       f"output so far (tail) ---\n{_tail(res.output)}")
+    if res.exit != block.exit:
+        raise Mismatch(f"{head}--- exit status {res.exit}, expected {block.exit}; "
+                       f"output (tail) ---\n{_tail(res.output)}")
+    if block.key is None:
+        return "ran (no recorded output on the page)"
+    dev = device()
+    cls = dev["class"]
+    rec = recordings.load(cls, block.key)
+    command = command_of(block)
+    files = recordings.files_field(block.snippets)
+    if update:
+        if rec is not None and rec.meta.get("command") == command and rec.exit == res.exit \
+                and rec.meta.get("files") == files \
+                and recordings.normalise(rec.body) == recordings.normalise(res.output):
+            return "unchanged"
+        meta = {"command": command, "exit": res.exit, "files": files, "torch": dev["torch"],
+                "python": dev["python"], "device": dev["desc"],
+                "date": datetime.date.today().isoformat()}
+        recordings.save(recordings.Recording(block.key, cls, res.output, meta))
+        return f"recorded {cls}/{block.key}"
+    rel = recordings.path_for(cls, block.key).relative_to(ROOT)
+    if rec is None:
+        raise Mismatch(f"{head}--- no recorded {cls} output {rel}; record it with "
+                       f"`make update-outputs` on a {cls.upper()} machine.")
+    want, got = recordings.normalise(rec.body), recordings.normalise(res.output)
+    if want != got:
+        diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
+                                            f"recorded {rel}", "this run"))
+        raise Mismatch(f"{head}--- output differs from the recording (volatile parts masked; "
+                       f"`make update-outputs` if the change is right) ---\n{diff}")
+    why = recordings.stale(rec, command, block.snippets)
+    if why:
+        raise Mismatch(f"{head}--- {rel} is out of date ({why}), although the output still "
+                       f"matches: `make update-outputs` rewrites its header.")
+    return "matches recording"
+
+
+def stale_recordings(blocks: list[Block], cls: str) -> dict[str, str]:
+    """Recordings of device class ``cls`` that no longer fit their page's command: path -> why."""
+    out = {}
+    for b in blocks:
+        rec = recordings.load(cls, b.key) if b.key else None
+        why = rec and recordings.stale(rec, command_of(b), b.snippets)
+        if why:
+            out[rec.path.relative_to(ROOT).as_posix()] = why
+    return out

@@ -1,0 +1,105 @@
+"""The engine itself (pagerun): blocks run with the test interpreter in any environment, the warm
+runner prints exactly what a shell run prints, failures are readable, recordings know their
+programs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from pagerun import pages, recordings, runner, warmpool
+
+SHOW_ENV = "import sys; print(sys.prefix); print(sys.executable)"
+
+
+def _block(code: str, **kw) -> pages.Block:
+    return pages.Block(pages.DOCS / "en" / "index.md", 1, "bash", code, **kw)
+
+
+def test_a_block_runs_the_interpreter_that_runs_the_tests():
+    """`python` in a block is this interpreter, in its environment (venv, conda, system...)."""
+    for cmd in ("python", "python3"):
+        res = runner.run(_block(f'{cmd} -c "{SHOW_ENV}"'), warm=False)
+        assert res.exit == 0, res.output
+        assert res.output.split() == [sys.prefix, sys.executable], res.output
+
+
+def test_a_warm_block_runs_in_the_same_environment(tmp_path):
+    prog = tmp_path / "show.py"
+    prog.write_text(SHOW_ENV + "\nimport os; print(os.getcwd()); print(sys.argv)\n")
+    out, code, timed_out = warmpool.run([str(prog), "--x", "1"], runner.env(), tmp_path, 60)
+    assert (code, timed_out) == (0, False), out
+    assert out.split("\n")[:4] == [sys.prefix, sys.executable, str(tmp_path),
+                                   str([str(prog), "--x", "1"])], out
+
+
+def _sample() -> list[pages.Block]:
+    """Warm-capable page blocks: one with arguments, one that exits non-zero, one with CUDA_*."""
+    warm = {b.code: b for b in pages.all_blocks("en") if runner.warm_commands(b)}.values()
+    picks = [next((b for b in warm if " --" in b.code and b.exit == 0), None),
+             next((b for b in warm if b.exit != 0), None),
+             next((b for b in warm if "CUDA_VISIBLE_DEVICES" in b.code), None),
+             next((b for b in warm if "snippets/dp/" in b.code), None)]
+    return [b for b in picks if b is not None and runner.unmet(b.marks) is None]
+
+
+@pytest.mark.parametrize("block", _sample(), ids=lambda b: b.code.strip()[:50])
+def test_warm_run_prints_what_a_shell_run_prints(block):
+    warm, shell = runner.run(block), runner.run(block, warm=False)
+    assert warm.how == "warm" and shell.how == "shell"
+    assert warm.exit == shell.exit
+    assert recordings.normalise(warm.output) == recordings.normalise(shell.output)
+
+
+def test_an_uncaught_exception_looks_the_same_warm(tmp_path):
+    prog = tmp_path / "boom.py"
+    prog.write_text("def f():\n    raise ValueError('boom')\n\nprint('before')\nf()\n")
+    out, code, _ = warmpool.run([str(prog)], runner.env(), tmp_path, 60)
+    res = runner.run(_block(f"python {prog}"), warm=False)
+    assert (code, out) == (res.exit, res.output)
+
+
+def test_a_failing_block_shows_its_command_status_and_output(monkeypatch):
+    block = _block("echo step one\necho step two\nexit 3\n", key=None)
+    with pytest.raises(runner.Mismatch) as e:
+        runner.check(block)
+    msg = str(e.value)
+    assert "--- command ---\necho step one" in msg
+    assert "exit status 3, expected 0" in msg
+    assert "step two" in msg
+
+
+def test_a_timed_out_block_is_killed_with_its_children():
+    block = _block("sleep 30 & sleep 30\n")
+    block.marks = ["pytest.mark.run_timeout(1)"]
+    res = runner.run(block)
+    assert res.timed_out and res.seconds < 10
+
+
+def test_recordings_fingerprint_code_not_layout(tmp_path, monkeypatch):
+    monkeypatch.setattr(recordings, "ROOT", tmp_path)
+    prog = tmp_path / "p.py"
+    prog.write_text("x = f(1, 2)  # a comment\nprint('a' 'b')\n")
+    first = recordings.fingerprint("p.py")
+    prog.write_text("# another comment\nx = f(\n    1,\n    2,\n)\nprint('ab')\n")
+    assert recordings.fingerprint("p.py") == first
+    prog.write_text("x = f(1, 3)\nprint('ab')\n")
+    assert recordings.fingerprint("p.py") != first
+
+
+def test_every_recording_names_the_fingerprints_of_its_programs():
+    """A recording made on this machine's device class is never older than its program."""
+    cls = runner.device()["class"]
+    old = runner.stale_recordings(pages.all_blocks(), cls)
+    assert not old, "re-record with `make update-outputs`:\n" + "\n".join(
+        f"{p}: {why}" for p, why in sorted(old.items()))
+
+
+def test_no_hook_imports_a_test_module():
+    for hook in (pages.ROOT / "hooks").glob("*.py"):
+        text = hook.read_text()
+        assert "sys.path" not in text and "tests" not in text.split('"""')[-1], hook
+    assert not (pages.ROOT / "tests" / "pages.py").exists()
+    assert Path(runner.__file__).parent == pages.ROOT / "pagerun"
