@@ -92,6 +92,10 @@ def load(device_class: str, key: str) -> Recording | None:
     path = path_for(device_class, key)
     if not path.exists():
         return None
+    return load_file(path, device_class, key)
+
+
+def load_file(path: Path, device_class: str, key: str) -> Recording:
     meta, body = {}, []
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     i = 0
@@ -130,7 +134,11 @@ def fingerprint(path: str) -> str:
     it; wrapping lines, reformatting and comments do not (they cannot change what it prints).
     Files that are not Python are hashed byte for byte.
     """
-    data = (ROOT / path).read_bytes()
+    return fingerprint_of(path, (ROOT / path).read_bytes())
+
+
+def fingerprint_of(path: str, data: bytes) -> str:
+    """``fingerprint`` of the given content of ``path`` (e.g. as it was at an older commit)."""
     if path.endswith(".py"):
         try:
             data = ast.dump(ast.parse(data)).encode()
