@@ -9,24 +9,24 @@ export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: install test serve build bench bench-site update-outputs test-gpu gpu-wheels
 
-# One install per environment, again only when pyproject.toml changes.
-STAMP = $(VENV)/.installed-$(shell echo '$(PYTHON)' | cksum | cut -d' ' -f1)
-
 $(VENV)/bin/python:
 	$(BASE_PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(if $(filter $(VENV)/bin/python,$(PYTHON)),$(VENV)/bin/python)
-	$(PYTHON) -m pip install -q torch==2.13.0 numpy
-	$(PYTHON) -m pip install -q -e .
-	@mkdir -p $(VENV) && touch $@
-
-install: $(STAMP)
+# One install per environment and checkout, again only when pyproject.toml changes: a stamp in
+# the environment's own folder (sys.prefix) remembers it.
+install: $(if $(filter $(VENV)/bin/python,$(PYTHON)),$(VENV)/bin/python)
+	@stamp="$$($(PYTHON) -c 'import sys; print(sys.prefix)')/.gpu-by-example-$$(cat pyproject.toml | cksum | cut -d' ' -f1)-$$(echo '$(CURDIR)' | cksum | cut -d' ' -f1)"; \
+	if [ ! -f "$$stamp" ]; then \
+	  $(PYTHON) -m pip install -q torch==2.13.0 numpy && \
+	  $(PYTHON) -m pip install -q -e . && { touch "$$stamp" 2>/dev/null || true; }; \
+	fi
 
 test: install
 	$(PYTHON) -m pytest --codeblocks
 
+PORT ?= 8000
 serve: install
-	$(PYTHON) -m mkdocs serve -a 127.0.0.1:8000
+	$(PYTHON) -m mkdocs serve -a 127.0.0.1:$(PORT)
 
 build: install
 	$(PYTHON) -m mkdocs build --strict

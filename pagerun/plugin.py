@@ -107,3 +107,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                                      f"(re-record on a {cls.upper()} machine)")
             for path, why in sorted(old.items()):
                 terminalreporter.write_line(f"{path}: {why}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """DOCS_TIMINGS=FILE: write how long each block's process ran (for `make bench`)."""
+    path = os.environ.get("DOCS_TIMINGS")
+    if path:
+        import json
+
+        rows = [{"command": code.strip(), "seconds": round(res.seconds, 2), "how": res.how}
+                for (_syntax, code), res in runner.finished().items()]
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(sorted(rows, key=lambda r: -r["seconds"]), f, indent=1)

@@ -23,6 +23,7 @@ earlier version" and the test summary lists it (a CPU machine cannot re-record a
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -134,7 +135,14 @@ def fingerprint(path: str) -> str:
     it; wrapping lines, reformatting and comments do not (they cannot change what it prints).
     Files that are not Python are hashed byte for byte.
     """
-    return fingerprint_of(path, (ROOT / path).read_bytes())
+    file = ROOT / path
+    stat = file.stat()
+    return _fingerprint_cached(path, file, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _fingerprint_cached(path: str, file: Path, _mtime: int, _size: int) -> str:
+    return fingerprint_of(path, file.read_bytes())
 
 
 def fingerprint_of(path: str, data: bytes) -> str:

@@ -240,6 +240,12 @@ def run_cached(block: Block) -> Result:
     return _CACHE[k]
 
 
+def finished() -> dict[tuple[str, str], Result]:
+    """The blocks run so far in this session, with their results."""
+    return {k: (v.result() if isinstance(v, Future) else v) for k, v in _CACHE.items()
+            if not isinstance(v, Future) or v.done()}
+
+
 # --------------------------------------------------------------------------------------------
 # checking a block against its recording
 

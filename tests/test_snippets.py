@@ -33,7 +33,10 @@ def test_snippet_runs(path, request):
         if reason:
             skipped.append(reason)
             continue
-        runner.check(block, update=request.config.option.update_outputs)
+        try:
+            runner.check(block, update=request.config.option.update_outputs)
+        except runner.Mismatch as e:
+            pytest.fail(str(e), pytrace=False)
     if len(skipped) == len(runs):
         pytest.skip(skipped[0])
 

@@ -1,0 +1,67 @@
+"""README's serve command works: `make serve` builds the site and serves both languages."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from pagerun import pages
+
+PAGES = {"/": "PyTorch", "/zh/": "PyTorch", "/ddp/": "DistributedDataParallel",
+         "/zh/ddp/": "DistributedDataParallel"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_serve_serves_both_languages():
+    port = _free_port()
+    # README's command, with the interpreter running the tests and a free port
+    proc = subprocess.Popen(["make", "serve", f"PYTHON={sys.executable}", f"PORT={port}"],
+                            cwd=pages.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
+    got, deadline = {}, time.monotonic() + 120
+    try:
+        for path, text in PAGES.items():
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+                        got[path] = (r.status, r.read().decode("utf-8", "replace"))
+                    break
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    if proc.poll() is not None:
+                        log = proc.stdout.read().decode()
+                        pytest.fail(f"make serve exited with status {proc.returncode}:\n"
+                                    + "\n".join(l for l in log.splitlines()
+                                                 if not l.startswith(("INFO", "  - "))),
+                                    pytrace=False)
+                    assert time.monotonic() < deadline, "make serve did not answer in 120 s"
+                    time.sleep(0.5)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # make and mkdocs: the group, by its pid
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(10)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    for path, text in PAGES.items():
+        status, body = got[path]
+        assert status == 200 and text in body, path
+    assert 'lang="zh"' in got["/zh/"][1] and 'lang="en"' in got["/"][1]
