@@ -54,4 +54,4 @@ gpu-wheels: install
 	$(PYTHON) -m pip wheel -q --no-deps -w $(WHEELS) jieba  # no wheel on PyPI: built here
 	$(PYTHON) -m pip download -q -d $(WHEELS) --only-binary=:all: --python-version 3.12 \
 	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
-	  -r tests/gpu-requirements.txt
+	  $$(grep -v -e '^#' -e '^jieba' tests/gpu-requirements.txt)
