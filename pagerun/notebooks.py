@@ -35,7 +35,7 @@ TEXT = {
                   "started from a shell cell with the chapter's own command. Run the "
                   "cells from the top; the first one creates the folder. "
                   "[Download this notebook]({chapter}.ipynb)."),
-        "program": "## `{path}`",
+        "program": "## {path}",  # plain text: mkdocs-jupyter drops `code` from its table of contents
         "run": "The chapter runs it with:",
         "gpu": "**Needs a GPU** (`{mark}`): on a machine without one the program says so and stops.",
         "writefile": "The next cell writes the program to disk; the cells after it run it.",
@@ -46,7 +46,7 @@ TEXT = {
                   "展示的那个文件，运行方式也与章节相同：先用 `%%writefile` 写到 `snippets/{chapter}/`，"
                   "再在 shell 单元中用章节里的命令启动。请从上往下依次运行，第一个单元会创建目录。"
                   "[下载这个 notebook]({chapter}.ipynb)。"),
-        "program": "## `{path}`",
+        "program": "## {path}",  # plain text: mkdocs-jupyter drops `code` from its table of contents
         "run": "章节中的运行命令：",
         "gpu": "**需要 GPU**（`{mark}`）：在没有 GPU 的机器上，程序会说明这一点并退出。",
         "writefile": "下一个单元把程序写入文件，之后的单元运行它。",

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from urllib.parse import urlsplit
+import html
+import re
+from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
@@ -231,3 +233,73 @@ def test_not_found_pages(clean, path, lang, title):
     assert resp.status == (404 if path.startswith("no/") else 200)
     assert b.page.locator("html").get_attribute("lang") == lang
     assert title in b.page.locator("h1").first.inner_text()
+
+
+def _built_pages(root: Path) -> list[str]:
+    """Every HTML page of the built site, as a path under the site root ('' is the home page)."""
+    return sorted(p.relative_to(root).as_posix().removesuffix("index.html")
+                  for p in root.rglob("*.html") if p.name == "index.html" or p.name == "404.html")
+
+
+class _Refs:
+    """The ids, link targets and image sources of one built page (the HTML Material writes)."""
+    ID = re.compile(r'\sid="([^"]*)"')
+    HREF = re.compile(r'<a\s[^>]*?href="([^"]*)"')
+    IMG = re.compile(r'<img\s[^>]*?src="([^"]*)"')
+
+    def __init__(self, text: str):
+        self.ids = set(self.ID.findall(text))
+        self.links = [html.unescape(h) for h in self.HREF.findall(text)]
+        self.images = self.IMG.findall(text)
+
+
+def _refs(root: Path, page: str) -> _Refs:
+    path = root / (page if page.endswith(".html") else page + "index.html")
+    return _Refs(path.read_text(encoding="utf-8"))
+
+
+def test_every_internal_link_resolves():
+    """Every link from one page of the site to another (or to a file of it) finds its target,
+    and a #fragment finds an element with that id there. Both languages, every page."""
+    root, _ = sitebuild.built()
+    bad, checked = [], 0
+    cache: dict[str, _Refs] = {}
+
+    def refs(key: str) -> _Refs:
+        if key not in cache:
+            cache[key] = _refs(root, key)
+        return cache[key]
+
+    for page in _built_pages(root):
+        for href in refs(page if page.endswith(".html") else page + "index.html").links:
+            parts = urlsplit(href)
+            if parts.scheme or href.startswith(("//", "mailto:")) or not (parts.path or parts.fragment):
+                continue
+            target = urljoin("/" + page, parts.path).lstrip("/") if parts.path else page
+            file = root / target
+            if file.is_dir() or target.endswith("/") or target == "":
+                file = file / "index.html"
+            checked += 1
+            if not file.exists():
+                bad.append(f"/{page}: {href} -> /{target} (not found)")
+                continue
+            if parts.fragment and file.suffix == ".html":
+                key = file.relative_to(root).as_posix()
+                if unquote(parts.fragment) not in refs(key).ids:
+                    bad.append(f"/{page}: {href} (no id {parts.fragment!r} in /{key})")
+    assert checked > 500, f"only {checked} internal links found: is the parser still right?"
+    assert not bad, f"{len(bad)} broken internal links:\n" + "\n".join(bad[:50])
+
+
+def test_every_image_loads(clean):
+    """Every <img> on every page, both languages, is loaded by the browser (naturalWidth > 0)."""
+    b = clean
+    with_images = [p for p in _built_pages(b.root) if _refs(b.root, p).images]
+    assert any(p.startswith("zh/") for p in with_images) and with_images, with_images
+    broken = []
+    for page in with_images:
+        b.goto(page)
+        b.page.wait_for_function("() => [...document.images].every(i => i.complete)")
+        broken += [f"/{page}: {src}" for src in b.page.evaluate(
+            "[...document.images].filter(i => !(i.naturalWidth > 0)).map(i => i.src)")]
+    assert not broken, "images that did not load:\n" + "\n".join(broken)
