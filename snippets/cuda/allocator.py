@@ -1,8 +1,11 @@
 """The caching allocator: allocated vs reserved, peaks, empty_cache, and an out-of-memory error."""
 
+import argparse
 import sys
 
 import torch
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")

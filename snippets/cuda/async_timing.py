@@ -1,9 +1,12 @@
 """Kernels are queued: a wall clock without synchronize() measures the queueing, not the work."""
 
+import argparse
 import sys
 import time
 
 import torch
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")

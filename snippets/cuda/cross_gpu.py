@@ -1,8 +1,11 @@
 """Two GPUs: operations refuse to mix them; copies are fine; peer access makes copies direct."""
 
+import argparse
 import sys
 
 import torch
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 if torch.cuda.device_count() < 2:
     sys.exit(f"This example needs two CUDA GPUs; this machine has {torch.cuda.device_count()}.")

@@ -1,9 +1,12 @@
 """What CUDA calls do where there is no GPU (and, on a GPU machine, that they simply work)."""
 
+import argparse
 import warnings
 
 import torch
 from torch.utils.data import DataLoader
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 # --8<-- [start:calls]
 calls = {

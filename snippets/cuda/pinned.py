@@ -1,9 +1,12 @@
 """Pageable vs pinned host memory: copy bandwidth, and a non-blocking copy read too early."""
 
+import argparse
 import sys
 
 import torch
 from torch.utils.data import DataLoader
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")
@@ -24,6 +27,22 @@ def gb_per_s(copy, reps=10):
     return N * 4 * reps / (start.elapsed_time(end) / 1e3) / 1e9
 
 
+def pcie_link():
+    """The GPU's PCIe link now (from sysfs): its rate per direction in GB/s, and a name."""
+    p = torch.cuda.get_device_properties(0)
+    try:
+        dev = (f"/sys/bus/pci/devices/"
+               f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0")
+        with open(f"{dev}/current_link_speed") as f:
+            gts = float(f.read().split()[0])  # "32.0 GT/s PCIe"
+        with open(f"{dev}/current_link_width") as f:
+            lanes = int(f.read())
+    except (AttributeError, OSError, ValueError):
+        return None, "not readable here"
+    coding = 8 / 10 if gts < 8 else 128 / 130  # PCIe 1-2 vs 3 and later
+    return gts * lanes * coding / 8, f"PCIe x{lanes} at {gts:g} GT/s"
+
+
 # --8<-- [start:bandwidth]
 pinned = pageable.pin_memory()  # pin once, reuse many times
 plain = gb_per_s(lambda: pageable.to("cuda"))
@@ -33,6 +52,11 @@ print(torch.cuda.get_device_name(), "| host-to-device, 256 MiB")
 print(f"pageable:               {plain:7.1f} GB/s")
 print(f"pinned:                 {fast:7.1f} GB/s   pinned / pageable: {fast / plain:.2f}x")
 print(f"pin_memory() each time: {mistake:7.1f} GB/s   vs pageable: {mistake / plain:.2f}x")
+link, name = pcie_link()  # the bound: what the link carries at most, per direction
+if link:
+    print(f"the link, {name}: {link:.1f} GB/s; pinned / link: {fast / link:.2f}x")
+else:
+    print(f"the link's nominal rate: {name}")
 # --8<-- [end:bandwidth]
 
 # --8<-- [start:loader]

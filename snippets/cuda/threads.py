@@ -1,11 +1,14 @@
 """Inference in threads, one per GPU (at least two, to show that device and stream are per thread)."""
 
+import argparse
 import copy
 import sys
 import threading
 
 import torch
 from torch import nn
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")

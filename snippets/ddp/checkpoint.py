@@ -1,8 +1,10 @@
 """Checkpoints with DDP: save on rank 0, atomically; wait; load everywhere with map_location."""
 
+import argparse
 import gc
 import os
 import shutil
+import sys
 import tempfile
 from datetime import timedelta
 
@@ -12,13 +14,23 @@ from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: "
+             "torchrun --standalone --nproc-per-node=2 snippets/ddp/checkpoint.py")
+
 local_rank = int(os.environ["LOCAL_RANK"])
-if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
-    torch.cuda.set_device(local_rank)
-    device, backend = torch.device("cuda", local_rank), "nccl"
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # fewer GPUs than processes here: the processes share them
+    device = torch.device("cuda", local_rank % gpus)
+    torch.cuda.set_device(device)  # before any other CUDA work
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, timeout=timedelta(seconds=60))
+if dist.get_rank() == 0:  # which case of the device rule ran
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 rank, world_size = dist.get_rank(), dist.get_world_size()
 # one directory per torchrun run, the same for every process on this machine
 ckpt_dir = os.path.join(tempfile.gettempdir(), "ddp-ckpt-" + os.environ["TORCHELASTIC_RUN_ID"])
@@ -26,7 +38,7 @@ path = os.path.join(ckpt_dir, "model.pt")
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)).to(device)
-ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
 ddp(torch.randn(4, 4, device=device)).sum().backward()
 opt.step()

@@ -1,7 +1,9 @@
 """Metrics over all ranks: all-reduce sums and counts; uneven data: padding, drop_last and Join."""
 
+import argparse
 import gc
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -11,13 +13,23 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: "
+             "torchrun --standalone --nproc-per-node=2 snippets/ddp/evaluate.py")
+
 local_rank = int(os.environ["LOCAL_RANK"])
-if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
-    torch.cuda.set_device(local_rank)
-    device, backend = torch.device("cuda", local_rank), "nccl"
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # fewer GPUs than processes here: the processes share them
+    device = torch.device("cuda", local_rank % gpus)
+    torch.cuda.set_device(device)  # before any other CUDA work
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, timeout=timedelta(seconds=60))
+if dist.get_rank() == 0:  # which case of the device rule ran
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 rank, world_size = dist.get_rank(), dist.get_world_size()
 
 # --8<-- [start:metric]
@@ -48,7 +60,7 @@ report("range(rank, N, world_size)", exact)
 
 # --8<-- [start:join]
 torch.manual_seed(0)
-ddp = DDP(nn.Linear(4, 1).to(device), device_ids=[local_rank] if device.type == "cuda" else None)
+ddp = DDP(nn.Linear(4, 1).to(device), device_ids=[device.index] if device.type == "cuda" else None)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
 batches = 3 if rank == 0 else 2  # uneven: rank 0 has one batch more
 with Join([ddp]):  # a rank that runs out shadows the others' all-reduces instead of leaving them waiting

@@ -1,5 +1,9 @@
-"""The classic hang: one rank runs a collective the other never runs. A short timeout turns it into an error."""
+"""The classic hang: one rank runs a collective the other never runs.
 
+A short timeout turns it into an error. Run with: python snippets/ddp/hang.py
+"""
+
+import argparse
 import os
 import socket
 import sys
@@ -12,7 +16,7 @@ import torch.multiprocessing as mp
 
 
 # --8<-- [start:bug]
-def worker(rank: int, world_size: int, port: int, errors) -> None:
+def worker(rank: int, world_size: int, port: int, errors, done) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=3))  # not 10 minutes
     loss = torch.tensor([1.0])
@@ -23,19 +27,23 @@ def worker(rank: int, world_size: int, port: int, errors) -> None:
         dist.all_reduce(loss)  # every rank
         print(f"rank {rank}: no error")
     except RuntimeError as e:
-        errors.put(f"rank {rank} gave up after {time.perf_counter() - t0:.1f} s:\n  RuntimeError: {e}")
+        seconds = time.perf_counter() - t0
+        errors.put(f"rank {rank} gave up after {seconds:.1f} s:\n  RuntimeError: {e}")
+    done.wait()  # leave together: a rank that exits early closes its peer's connection
     dist.destroy_process_group()
 # --8<-- [end:bug]
 
 
 # --8<-- [start:main]
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     print("TORCH_DISTRIBUTED_DEBUG =", os.environ.get("TORCH_DISTRIBUTED_DEBUG", "(not set)"))
-    errors = mp.get_context("spawn").SimpleQueue()
-    mp.spawn(worker, args=(2, port, errors), nprocs=2, join=True)
+    ctx = mp.get_context("spawn")
+    errors, done = ctx.SimpleQueue(), ctx.Barrier(2)
+    mp.spawn(worker, args=(2, port, errors, done), nprocs=2, join=True)
     reports = sorted(errors.get() for _ in range(2) if not errors.empty())
     print("\n".join(reports) or "no errors")
     sys.exit(1 if reports else 0)

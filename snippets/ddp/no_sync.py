@@ -1,8 +1,10 @@
 """Gradient accumulation: no_sync() skips the all-reduce until the last micro-batch."""
 
+import argparse
 import contextlib
 import gc
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -11,13 +13,23 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: "
+             "torchrun --standalone --nproc-per-node=2 snippets/ddp/no_sync.py")
+
 local_rank = int(os.environ["LOCAL_RANK"])
-if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
-    torch.cuda.set_device(local_rank)
-    device, backend = torch.device("cuda", local_rank), "nccl"
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # fewer GPUs than processes here: the processes share them
+    device = torch.device("cuda", local_rank % gpus)
+    torch.cuda.set_device(device)  # before any other CUDA work
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, timeout=timedelta(seconds=60))
+if dist.get_rank() == 0:  # which case of the device rule ran
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 rank, world_size = dist.get_rank(), dist.get_world_size()
 
 ACCUM, MICRO = 4, 4  # 4 micro-batches of 4 samples per rank make one optimizer step
@@ -25,7 +37,7 @@ g = torch.Generator().manual_seed(0)
 X, Y = torch.randn(world_size, ACCUM, MICRO, 8, generator=g), torch.randn(world_size, ACCUM, MICRO, 1, generator=g)
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).to(device)
-ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 # --8<-- [start:count]
 calls = {"all-reduces": 0, "bytes": 0}

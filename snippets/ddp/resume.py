@@ -8,6 +8,7 @@ import gc
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from datetime import timedelta
 
@@ -22,13 +23,22 @@ parser.add_argument("--kill-at-step", type=int, default=-1, help="rank 1 kills i
 parser.add_argument("--out", help="save the final weights here (the tests compare two runs)")
 args = parser.parse_args()
 
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: "
+             "torchrun --standalone --nproc-per-node=2 snippets/ddp/resume.py")
+
 local_rank = int(os.environ["LOCAL_RANK"])
-if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
-    torch.cuda.set_device(local_rank)
-    device, backend = torch.device("cuda", local_rank), "nccl"
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # fewer GPUs than processes here: the processes share them
+    device = torch.device("cuda", local_rank % gpus)
+    torch.cuda.set_device(device)  # before any other CUDA work
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, timeout=timedelta(seconds=60))
+if dist.get_rank() == 0:  # which case of the device rule ran
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 rank = dist.get_rank()
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])  # 0, then 1 after one restart
 ckpt_dir = os.path.join(tempfile.gettempdir(), "ddp-resume-" + os.environ["TORCHELASTIC_RUN_ID"])
@@ -45,7 +55,7 @@ def save_atomic(obj, path: str) -> None:
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).to(device)
-ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)  # momentum: state to restore too
 
 # --8<-- [start:resume]

@@ -1,10 +1,13 @@
 """DistributedSampler shuffles with a seed plus the epoch: forget set_epoch and every epoch repeats."""
 
+import argparse
 import os
 from datetime import timedelta
 
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 dist.init_process_group("gloo", timeout=timedelta(seconds=60))  # no tensors: gloo everywhere
 rank, world_size = dist.get_rank(), dist.get_world_size()

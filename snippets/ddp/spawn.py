@@ -1,6 +1,6 @@
 """Start the processes from the script itself with torch.multiprocessing.spawn, no launcher."""
 
-import os
+import argparse
 import socket
 from datetime import timedelta
 
@@ -11,10 +11,12 @@ import torch.multiprocessing as mp
 
 # --8<-- [start:worker]
 def worker(rank: int, world_size: int, port: int) -> None:
-    # mp.spawn passes the process index first; the environment is ours to set
-    if torch.cuda.device_count() >= world_size:  # a GPU for every process
-        torch.cuda.set_device(rank)  # one machine: rank == local rank
-        device, backend = torch.device("cuda", rank), "nccl"
+    # mp.spawn passes the process index first; one machine, so rank == local rank
+    gpus = torch.cuda.device_count()
+    if gpus:  # the device rule: share the GPUs when there are fewer than processes
+        device = torch.device("cuda", rank % gpus)
+        torch.cuda.set_device(device)
+        backend = "nccl" if gpus >= world_size else "gloo"
     else:
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -22,6 +24,7 @@ def worker(rank: int, world_size: int, port: int) -> None:
     x = torch.tensor([float(rank + 1)], device=device)
     dist.all_reduce(x)
     if rank == 0:
+        print(f"{world_size} processes, {gpus} GPUs here: {backend} on {device.type}")
         print(f"{world_size} processes started by mp.spawn, all_reduce sum: {x.item()}")
     dist.destroy_process_group()
 # --8<-- [end:worker]
@@ -35,7 +38,9 @@ def free_port() -> int:
 
 
 if __name__ == "__main__":  # required: spawn re-imports this file in every child
-    world_size = torch.cuda.device_count() if torch.cuda.device_count() >= 2 else 2
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nprocs", type=int, default=2, help="how many processes")
+    world_size = parser.parse_args().nprocs
     mp.spawn(worker, args=(world_size, free_port()), nprocs=world_size, join=True)
     print("every process exited cleanly")
 # --8<-- [end:main]

@@ -1,5 +1,6 @@
 """SyncBatchNorm: batch statistics over every process's batch, not just the local one (GPU only)."""
 
+import argparse
 import copy
 import gc
 import os
@@ -11,13 +12,23 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: "
+             "torchrun --standalone --nproc-per-node=2 snippets/ddp/syncbn.py")
+
 local_rank = int(os.environ["LOCAL_RANK"])
-if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
-    torch.cuda.set_device(local_rank)
-    device, backend = torch.device("cuda", local_rank), "nccl"
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # fewer GPUs than processes here: the processes share them
+    device = torch.device("cuda", local_rank % gpus)
+    torch.cuda.set_device(device)  # before any other CUDA work
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, timeout=timedelta(seconds=60))
+if dist.get_rank() == 0:  # which case of the device rule ran
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 rank, world_size = dist.get_rank(), dist.get_world_size()
 
 # --8<-- [start:convert]
@@ -28,7 +39,7 @@ model = nn.SyncBatchNorm.convert_sync_batchnorm(model).to(device)  # before wrap
 if rank == 0:
     print("converted:", type(model[1]).__name__)
 try:
-    ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 except ValueError as e:  # what the CPU gets
     if rank == 0:
         print(f"ValueError: {e}")

@@ -1,7 +1,9 @@
 """A complete DDP training script, and the proof that it trains exactly like one process."""
 
+import argparse
 import gc
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -11,13 +13,23 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 # --8<-- [start:setup]
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: "
+             "torchrun --standalone --nproc-per-node=2 snippets/ddp/train.py")
+
 local_rank = int(os.environ["LOCAL_RANK"])
-if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
-    torch.cuda.set_device(local_rank)
-    device, backend = torch.device("cuda", local_rank), "nccl"
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # fewer GPUs than processes here: the processes share them
+    device = torch.device("cuda", local_rank % gpus)
+    torch.cuda.set_device(device)  # before any other CUDA work
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, timeout=timedelta(seconds=60))
+if dist.get_rank() == 0:  # which case of the device rule ran
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 rank, world_size = dist.get_rank(), dist.get_world_size()
 # --8<-- [end:setup]
 
@@ -39,7 +51,7 @@ def make_model() -> nn.Module:
 
 # --8<-- [start:model]
 model = make_model().to(device)
-ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
 # --8<-- [end:model]
 

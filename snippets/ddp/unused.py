@@ -1,7 +1,9 @@
 """A parameter that gets no gradient: the error without find_unused_parameters, its cost with it."""
 
+import argparse
 import gc
 import os
+import sys
 import time
 from datetime import timedelta
 
@@ -10,15 +12,25 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: "
+             "torchrun --standalone --nproc-per-node=2 snippets/ddp/unused.py")
+
 local_rank = int(os.environ["LOCAL_RANK"])
-if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every process
-    torch.cuda.set_device(local_rank)
-    device, backend = torch.device("cuda", local_rank), "nccl"
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # fewer GPUs than processes here: the processes share them
+    device = torch.device("cuda", local_rank % gpus)
+    torch.cuda.set_device(device)  # before any other CUDA work
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, timeout=timedelta(seconds=60))
+if dist.get_rank() == 0:  # which case of the device rule ran
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 rank = dist.get_rank()
-ids = [local_rank] if device.type == "cuda" else None
+ids = [device.index] if device.type == "cuda" else None
 
 
 # --8<-- [start:model]
@@ -76,9 +88,13 @@ def ms_per_step(**kwargs) -> float:
     torch.manual_seed(0)
     model = DDP(DeepTwoHeads().to(device), device_ids=ids, **kwargs)
     steps(model, 3)  # warm-up (static_graph learns the graph in its first step)
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # the clock must not start while GPU work is queued
     dist.barrier()
     t0 = time.perf_counter()
     steps(model, 20)
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # ... nor stop before it is done
     return (time.perf_counter() - t0) / 20 * 1e3
 
 

@@ -1,9 +1,12 @@
 """What it costs to read the loss back to the host at every step, against once at the end."""
 
+import argparse
 import time
 
 import torch
 from torch import nn
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 torch.manual_seed(0)

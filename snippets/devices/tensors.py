@@ -1,6 +1,10 @@
 """Where tensors are created, and what .to() gives back."""
 
+import argparse
+
 import torch
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 

@@ -1,11 +1,19 @@
-"""The classic DataParallel example: who sees which part of each batch."""
+"""The classic DataParallel example: who sees which part of each batch.
 
+Run with: python snippets/dp/classic.py [--replicas N]
+"""
+
+import argparse
 import threading
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--replicas", type=int, default=max(2, torch.cuda.device_count()),
+                    help="DataParallel replicas (default: one per GPU, at least 2)")
+args = parser.parse_args()
 device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 
 
@@ -45,11 +53,13 @@ class Model(nn.Module):
 # --8<-- [start:wrap]
 inner = Model()
 model = inner
-if torch.cuda.device_count() > 1:
-    print(f"{torch.cuda.device_count()} GPUs: wrapping the model in nn.DataParallel")
-    model = nn.DataParallel(inner)
+gpus = torch.cuda.device_count()
+if gpus:
+    ids = [i % gpus for i in range(args.replicas)]  # fewer GPUs than replicas: they share
+    print(f"{gpus} GPU(s): nn.DataParallel with {args.replicas} replicas on {ids}")
+    model = nn.DataParallel(inner, device_ids=ids)
 else:
-    print(f"{torch.cuda.device_count()} GPUs: the model runs as it is on {device}")
+    print(f"no GPU: the model runs as it is on {device}")
 model.to(device)
 
 for batch in loader:

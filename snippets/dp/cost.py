@@ -1,9 +1,12 @@
 """Why DataParallel is slow and unbalanced: what it copies every step, and where it piles up."""
 
+import argparse
 import time
 
 import torch
 from torch import nn
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 BATCH, FEATURES, HIDDEN, CLASSES = 512, 512, 2048, 8192
 MiB = 2**20

@@ -4,8 +4,10 @@ Run with: torchrun --standalone --nproc-per-node=2 snippets/dp/dp_vs_ddp.py
 Rank 0 also runs the DataParallel version and checks that both end with the same weights.
 """
 
+import argparse
 import gc
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -14,6 +16,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: "
+             "torchrun --standalone --nproc-per-node=2 snippets/dp/dp_vs_ddp.py")
 torch.manual_seed(0)
 dataset = TensorDataset(torch.randn(100, 5), torch.randn(100, 1))
 BATCH = 30  # the global batch: what one optimizer step sees in both versions
@@ -39,11 +45,11 @@ def train(model, loader, device, average_loss=lambda loss: loss):
 
 
 # --8<-- [start:dp]
-def train_dp():
-    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+def train_dp(device, replicas):
     model = make_model().to(device)
-    if torch.cuda.device_count() > 1:
-        model = nn.DataParallel(model)  # one process drives every GPU
+    if device.type == "cuda":  # one process drives every replica, one thread each
+        gpus = torch.cuda.device_count()  # fewer GPUs than replicas: replicas share
+        model = nn.DataParallel(model, device_ids=[i % gpus for i in range(replicas)])
     loader = DataLoader(dataset, batch_size=BATCH)  # whole batches; DP splits each one
     losses = train(model, loader, device)
     inner = model.module if isinstance(model, nn.DataParallel) else model
@@ -52,11 +58,10 @@ def train_dp():
 
 
 # --8<-- [start:ddp]
-def train_ddp():
+def train_ddp(device):
     rank, world = dist.get_rank(), dist.get_world_size()
-    local_rank = int(os.environ["LOCAL_RANK"])
-    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    model = DDP(make_model().to(device), device_ids=[local_rank] if device.type == "cuda" else None)
+    ids = [device.index] if device.type == "cuda" else None
+    model = DDP(make_model().to(device), device_ids=ids)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False)
     loader = DataLoader(dataset, batch_size=BATCH // world, sampler=sampler)  # this rank's share
 
@@ -70,13 +75,30 @@ def train_ddp():
 
 
 # --8<-- [start:main]
-backend = "nccl" if torch.cuda.is_available() else "gloo"
+world = int(os.environ["WORLD_SIZE"])
+if BATCH % world or len(dataset) % world:  # else the two versions see different batches
+    if os.environ["RANK"] == "0":  # one line, not one per process
+        print(f"world size {world}: use one that divides both the batch ({BATCH}) and "
+              f"the data set ({len(dataset)}): 1, 2, 5 or 10", file=sys.stderr)
+    sys.exit(2)
+local_rank = int(os.environ["LOCAL_RANK"])
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])
+gpus = torch.cuda.device_count()
+if gpus:  # the device rule of the DDP chapter
+    device = torch.device("cuda", local_rank % gpus)
+    torch.cuda.set_device(device)
+    backend = "nccl" if gpus >= local_world else "gloo"
+else:
+    device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, timeout=timedelta(seconds=60))
-ddp_losses, ddp_model = train_ddp()
 if dist.get_rank() == 0:
-    dp_losses, dp_model = train_dp()
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
+ddp_losses, ddp_model = train_ddp(device)
+if dist.get_rank() == 0:
+    dp_losses, dp_model = train_dp(device, replicas=world)
     for i, (a, b) in enumerate(zip(dp_losses, ddp_losses), 1):
-        print(f"step {i}: DataParallel loss {a:.4f} | DDP on {dist.get_world_size()} processes loss {b:.4f}")
+        print(f"step {i}: DataParallel loss {a:.4f} | "
+              f"DDP on {world} processes loss {b:.4f}")
     diff = max((p.detach().cpu() - q.detach().cpu()).abs().max().item()
                for p, q in zip(dp_model.parameters(), ddp_model.module.parameters()))
     print(f"max abs difference of the final weights: {diff:.1e}")

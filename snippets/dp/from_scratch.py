@@ -3,12 +3,16 @@
 Its gradients are checked against one ordinary forward/backward on the full batch.
 """
 
+import argparse
 import copy
 import threading
 
 import torch
 from torch import nn
 from torch.func import functional_call
+
+if __name__ == "__main__":  # a module the tests import, too
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 
 # --8<-- [start:steps]

@@ -1,7 +1,11 @@
 """Where things must live under DataParallel: the module on device_ids[0], new tensors with the input."""
 
+import argparse
+
 import torch
 from torch import nn
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 n_gpus = torch.cuda.device_count()
 print(f"GPUs visible: {n_gpus}")

@@ -1,8 +1,12 @@
 """What DataParallel does with what forward returns: gather() rebuilds it, leaf by leaf."""
 
+import argparse
+
 import torch
 from torch import nn
 from torch.nn.parallel import gather
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 n_gpus = torch.cuda.device_count()
 

@@ -1,5 +1,9 @@
-"""How DataParallel splits a batch: Tensor.chunk along dim 0, computed here and (on >= 2 GPUs) checked."""
+"""How DataParallel splits a batch: Tensor.chunk along dim 0, computed, and checked on a GPU.
 
+Run with: python snippets/dp/split_table.py [--check]
+"""
+
+import argparse
 import sys
 
 import torch
@@ -36,20 +40,29 @@ class Recorder(nn.Module):
 
 
 def check():
-    n_gpus = torch.cuda.device_count()
-    if n_gpus < 2:
-        sys.exit(f"--check needs at least 2 GPUs; this machine has {n_gpus}")
-    for n in sorted({k for k in (2, 3, 8) if k <= n_gpus} | {n_gpus}):
+    gpus = torch.cuda.device_count()
+    if not gpus:
+        sys.exit("--check runs the real DataParallel, which needs a GPU; this machine has none")
+    for n in (2, 3, 8):
+        ids = [i % gpus for i in range(n)]  # fewer GPUs than replicas: replicas share GPUs
         for batch in (30, 10):
             seen = []
-            dp = nn.DataParallel(Recorder(seen).cuda(0), device_ids=list(range(n)))
+            dp = nn.DataParallel(Recorder(seen).cuda(0), device_ids=ids)
             out = dp(torch.randn(batch, 5, device="cuda:0"))
-            got = [size for _, size in sorted(seen)]
+            got = sorted((size for _, size in seen), reverse=True)
             assert got == split_sizes(batch, n), (n, batch, got)
             assert out.shape[0] == batch
-            print(f"  real DataParallel on {n} GPUs, batch {batch}: {got} (matches the rule)")
+            print(f"  DataParallel, {n} replicas on {len(set(ids))} GPU(s), batch {batch}: "
+                  f"{got} (matches the rule)")
+    if gpus < 8:
+        print("replicas that share a GPU: the split, the replicas and the threads are "
+              "DataParallel's own; the speed is not")
 # --8<-- [end:check]
 
 
-if "--check" in sys.argv:
-    check()
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="run the real DataParallel (needs a GPU) and compare")
+    if parser.parse_args().check:
+        check()

@@ -1,10 +1,13 @@
 """Activation checkpointing: fewer saved activations, one more forward per block, same gradients."""
 
+import argparse
 import copy
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 

@@ -4,9 +4,11 @@ one process, mixed precision, full and distributed checkpoints, CPU offload.
 Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 snippets/model_parallel/fsdp.py
 """
 
+import argparse
 import copy
 import gc
 import os
+import sys
 import shutil
 import tempfile
 from datetime import timedelta
@@ -19,14 +21,27 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict)
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun "
+             "--standalone --nproc-per-node=2 snippets/model_parallel/fsdp.py")
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-if torch.cuda.device_count() >= world:
-    device, backend = torch.device("cuda", int(os.environ["LOCAL_RANK"])), "nccl"
+if 16 % world:  # the batch of 16 is shared out equally, so that the mean over ranks is exact
+    sys.exit(f"run with 1, 2, 4, 8 or 16 processes (they share a batch of 16), not {world}"
+             if rank == 0 else 2)
+local_rank = int(os.environ["LOCAL_RANK"])
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # the device rule: fewer GPUs than processes here, and they share them
+    device = torch.device("cuda", local_rank % gpus)
     torch.cuda.set_device(device)
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, device_id=device if backend == "nccl" else None,
                         timeout=timedelta(seconds=60))
+if rank == 0:
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 
 
 def show(*args):
@@ -40,7 +55,6 @@ def max_diff(a, b):
     return d.item()
 
 
-show(f"{world} processes on {device.type} ({backend})")
 
 # --8<-- [start:shard]
 def make_model():

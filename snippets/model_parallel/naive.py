@@ -1,10 +1,13 @@
 """Naive model parallelism: two stages of one model on two devices, activations moved by hand."""
 
+import argparse
 import copy
 import time
 
 import torch
 from torch import nn
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 # --8<-- [start:devices]
 n = torch.cuda.device_count()

@@ -4,9 +4,11 @@ GPipe and 1F1B schedules, gradients compared with the unsplit model.
 Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 snippets/model_parallel/pipeline.py
 """
 
+import argparse
 import copy
 import gc
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -14,17 +16,30 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun "
+             "--standalone --nproc-per-node=2 snippets/model_parallel/pipeline.py")
+if os.environ["WORLD_SIZE"] != "2":  # the model is cut into two stages below
+    sys.exit(f"two stages, one per process: run with --nproc-per-node=2, not "
+             f"{os.environ['WORLD_SIZE']}" if os.environ["RANK"] == "0" else 2)
+
 # --8<-- [start:setup]
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-if torch.cuda.device_count() >= world:
-    device, backend = torch.device("cuda", int(os.environ["LOCAL_RANK"])), "nccl"
+local_rank = int(os.environ["LOCAL_RANK"])
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # the device rule: fewer GPUs than processes here, and they share them
+    device = torch.device("cuda", local_rank % gpus)
     torch.cuda.set_device(device)
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, device_id=device if backend == "nccl" else None,
                         timeout=timedelta(seconds=60))
 if rank == 0:
-    print(f"{world} stages, one per process, on {device.type} ({backend})")
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
+    print(f"{world} stages, one per process")
 # --8<-- [end:setup]
 
 # --8<-- [start:stages]

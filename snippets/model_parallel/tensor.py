@@ -4,9 +4,11 @@ outputs and gradients compared with the unsharded model.
 Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 snippets/model_parallel/tensor.py
 """
 
+import argparse
 import copy
 import gc
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -16,14 +18,27 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun "
+             "--standalone --nproc-per-node=2 snippets/model_parallel/tensor.py")
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-if torch.cuda.device_count() >= world:
-    device, backend = torch.device("cuda", int(os.environ["LOCAL_RANK"])), "nccl"
+if 64 % world:  # the layers below (64 and 256 features) are cut into equal shards
+    sys.exit(f"run with 1, 2, 4, 8, 16, 32 or 64 processes (equal shards), not {world}"
+             if rank == 0 else 2)
+local_rank = int(os.environ["LOCAL_RANK"])
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # the device rule: fewer GPUs than processes here, and they share them
+    device = torch.device("cuda", local_rank % gpus)
     torch.cuda.set_device(device)
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, device_id=device if backend == "nccl" else None,
                         timeout=timedelta(seconds=60))
+if rank == 0:
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 
 
 def show(*args):
@@ -33,7 +48,7 @@ def show(*args):
 
 # --8<-- [start:mesh]
 mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("tp",))
-show(f"mesh: {world} processes on {device.type} ({backend})")
+show(f"mesh: {mesh}")
 # --8<-- [end:mesh]
 
 # --8<-- [start:shard]

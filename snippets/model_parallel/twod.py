@@ -4,9 +4,11 @@ Needs 4 processes; training compared with one process on the whole batch.
 Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=4 snippets/model_parallel/twod.py
 """
 
+import argparse
 import copy
 import gc
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -16,15 +18,27 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun "
+             "--standalone --nproc-per-node=2 snippets/model_parallel/twod.py")
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-assert world == 4, "run with --nproc-per-node=4"
-if torch.cuda.device_count() >= world:
-    device, backend = torch.device("cuda", int(os.environ["LOCAL_RANK"])), "nccl"
+if world != 4:  # a 2 x 2 mesh
+    sys.exit(f"this program builds a 2 x 2 mesh: run it with --nproc-per-node=4, not {world}"
+             if rank == 0 else 2)
+local_rank = int(os.environ["LOCAL_RANK"])
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # the device rule: fewer GPUs than processes here, and they share them
+    device = torch.device("cuda", local_rank % gpus)
     torch.cuda.set_device(device)
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
 else:
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, device_id=device if backend == "nccl" else None,
                         timeout=timedelta(seconds=60))
+if rank == 0:
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 
 # --8<-- [start:mesh]
 mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("dp", "tp"))
@@ -32,7 +46,7 @@ dp, tp = mesh["dp"].get_local_rank(), mesh["tp"].get_local_rank()
 coords = [None] * world
 dist.all_gather_object(coords, (rank, dp, tp))
 if rank == 0:
-    print(f"{world} processes on {device.type} ({backend}), mesh {mesh.mesh.tolist()}")
+    print(f"mesh {mesh.mesh.tolist()}")
     print("rank -> (dp, tp):", {r: (d, t) for r, d, t in coords})
 # --8<-- [end:mesh]
 

@@ -1,20 +1,32 @@
-"""A collective that only some ranks call waits until the process group's timeout. Run with torchrun."""
+"""A collective that only some ranks call waits until the process group's timeout.
 
+Run with: torchrun --standalone --nproc-per-node=2 snippets/troubleshooting/collective_timeout.py
+"""
+
+import argparse
 import os
+import sys
 import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-use_cuda = torch.cuda.is_available()
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: torchrun --standalone --nproc-per-node=2 "
+             "snippets/troubleshooting/collective_timeout.py")
+if os.environ["WORLD_SIZE"] == "1":
+    sys.exit("one process cannot disagree with itself: run with --nproc-per-node=2 or more")
 # --8<-- [start:init]
-dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timedelta(seconds=3))
+# gloo and CPU tensors on any machine: with NCCL, a barrier is itself a one-element all-reduce
+# and would pair with rank 0's all_reduce below; the mismatch would surface later, as an abort
+dist.init_process_group("gloo", timeout=timedelta(seconds=3))
+device = torch.device("cpu")
 # --8<-- [end:init]
 rank = dist.get_rank()
-device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}" if use_cuda else "cpu")
-if use_cuda:
-    torch.cuda.set_device(device)
+if rank == 0:
+    print(f"{dist.get_world_size()} processes: gloo on cpu (this demo, on any machine)")
 
 
 # --8<-- [start:bug]

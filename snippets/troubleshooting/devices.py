@@ -1,7 +1,11 @@
 """Two devices in one operation. With a GPU: cuda:0 and cpu. Without one: the meta device."""
 
+import argparse
+
 import torch
 from torch import nn
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 # the meta device holds shapes and no data: a device other than the CPU that every build has
 other = torch.device("cuda:0" if torch.cuda.is_available() else "meta")

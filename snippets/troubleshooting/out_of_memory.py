@@ -1,8 +1,11 @@
 """torch.OutOfMemoryError, and backing off to a batch that fits. Needs a GPU."""
 
+import argparse
 import sys
 
 import torch
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("this example needs a GPU: CUDA out of memory can only happen on one")

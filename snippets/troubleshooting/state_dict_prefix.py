@@ -1,10 +1,13 @@
 """A state dict saved from a wrapped model has every key prefixed with "module."."""
 
+import argparse
 import io
 
 import torch
 from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 torch.manual_seed(0)
 
@@ -29,7 +32,8 @@ except RuntimeError as e:
 # --8<-- [start:fix]
 consume_prefix_in_state_dict_if_present(state, "module.")  # strips it in place
 fresh.load_state_dict(state)
-print("loaded keys:", list(state), "| same weights:", torch.equal(fresh.weight, model.weight))
+print("loaded keys:", list(state), "| same weights:",
+      torch.equal(fresh.weight, model.weight.cpu()))  # DataParallel moved model to the GPU
 # better: save the inner model in the first place
 print("wrapped.module keys:", list(wrapped.module.state_dict()))
 # --8<-- [end:fix]

@@ -1,10 +1,14 @@
 """SyncBatchNorm in training mode refuses CPU tensors once a process group exists."""
 
+import argparse
+
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 # a process group of one process (in a real job: torchrun and init_process_group("gloo"))
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,

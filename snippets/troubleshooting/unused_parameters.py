@@ -1,7 +1,12 @@
-"""DDP with a parameter that gets no gradient: the second iteration raises. Run with torchrun."""
+"""DDP with a parameter that gets no gradient: the second iteration raises.
 
+Run with: torchrun --standalone --nproc-per-node=2 snippets/troubleshooting/unused_parameters.py
+"""
+
+import argparse
 import gc
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -9,12 +14,24 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-use_cuda = torch.cuda.is_available()
-dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timedelta(seconds=60))
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: torchrun --standalone --nproc-per-node=2 "
+             "snippets/troubleshooting/unused_parameters.py")
+local_rank = int(os.environ["LOCAL_RANK"])
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # the device rule: fewer GPUs than processes here, and they share them
+    device = torch.device("cuda", local_rank % gpus)
+    torch.cuda.set_device(device)  # before any other CUDA work
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
+else:
+    device, backend = torch.device("cpu"), "gloo"
+dist.init_process_group(backend, timeout=timedelta(seconds=60))
 rank = dist.get_rank()
-device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}" if use_cuda else "cpu")
-if use_cuda:
-    torch.cuda.set_device(device)
+if rank == 0:
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
+ids = [device.index] if device.type == "cuda" else None
 
 
 # --8<-- [start:model]
@@ -42,7 +59,7 @@ def train(model, steps=2):
 
 # --8<-- [start:error]
 torch.manual_seed(0)
-model = DDP(TwoHeads().to(device))
+model = DDP(TwoHeads().to(device), device_ids=ids)
 try:
     train(model)
 except RuntimeError as e:
@@ -53,7 +70,7 @@ del model
 gc.collect()
 
 # --8<-- [start:fix]
-model = DDP(TwoHeads().to(device), find_unused_parameters=True)
+model = DDP(TwoHeads().to(device), device_ids=ids, find_unused_parameters=True)
 steps = train(model)
 if rank == 0:
     print(f"find_unused_parameters=True: {steps} steps done")

@@ -1,9 +1,12 @@
 """CUDA_VISIBLE_DEVICES is read once, when CUDA initialises: setting it later changes nothing."""
 
+import argparse
 import os
 import sys
 
 import torch
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("this example needs a GPU: with none, there is nothing to hide")
