@@ -57,7 +57,8 @@ def run(variant, steps=200) -> float:
     log = []
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()):  # keep the printed tensors off the screen
+    # keep the printed tensors off the screen
+    with contextlib.redirect_stdout(io.StringIO()):
         for _ in range(steps):
             variant(step(), log)
     if variant is nothing:

@@ -47,7 +47,8 @@ def pcie_link():
 pinned = pageable.pin_memory()  # pin once, reuse many times
 plain = gb_per_s(lambda: pageable.to("cuda"))
 fast = gb_per_s(lambda: pinned.to("cuda", non_blocking=True))
-mistake = gb_per_s(lambda: pageable.pin_memory().to("cuda"))  # pins a new copy every time
+# pins a new copy every time
+mistake = gb_per_s(lambda: pageable.pin_memory().to("cuda"))
 print(torch.cuda.get_device_name(), "| host-to-device, 256 MiB")
 print(f"pageable:               {plain:7.1f} GB/s")
 print(f"pinned:                 {fast:7.1f} GB/s   pinned / pageable: {fast / plain:.2f}x")

@@ -38,7 +38,8 @@ def overlapped() -> torch.Tensor:
         dev = host.to("cuda", non_blocking=True)  # allocated and filled on `side`
     compute()  # queued on the default stream, runs alongside the copy
     main.wait_stream(side)  # later work on the default stream sees the copied data
-    dev.record_stream(main)  # `dev` is used on `main` too: keep its memory until main is done
+    # `dev` is used on `main` too: keep its memory until main is done
+    dev.record_stream(main)
     return dev
 # --8<-- [end:overlap]
 
@@ -56,7 +57,8 @@ def timed(fn, reps=5):
 # --8<-- [start:measure]
 _, copy_ms = timed(lambda: host.to("cuda", non_blocking=True))
 _, matmul_ms = timed(lambda: a @ a)
-matmuls = max(1, round(copy_ms / matmul_ms))  # equal parts: where overlap saves the most
+# equal parts: where overlap saves the most
+matmuls = max(1, round(copy_ms / matmul_ms))
 _, compute_ms = timed(compute)
 out_serial, serial_ms = timed(serial)
 out_overlap, overlap_ms = timed(overlapped)

@@ -51,7 +51,8 @@ def save_atomic(obj, path: str) -> None:
     with open(tmp, "wb") as f:
         torch.save(obj, f)
         f.flush()
-        os.fsync(f.fileno())  # the bytes are on disk before the rename makes them visible
+        # the bytes are on disk before the rename makes them visible
+        os.fsync(f.fileno())
     os.replace(tmp, path)  # atomic on POSIX and Windows, within one file system
 # --8<-- [end:atomic]
 

@@ -51,8 +51,10 @@ def report(name: str, shard: list[int]) -> None:
 
 
 padded = list(DistributedSampler(correct, shuffle=False))  # pads by repeating samples
-dropped = list(DistributedSampler(correct, shuffle=False, drop_last=True))  # drops the rest
-exact = list(range(rank, len(correct), world_size))  # every sample exactly once, uneven shards
+# drops the rest
+dropped = list(DistributedSampler(correct, shuffle=False, drop_last=True))
+# every sample exactly once, uneven shards
+exact = list(range(rank, len(correct), world_size))
 report("DistributedSampler (default)", padded)
 report("DistributedSampler drop_last", dropped)
 report("range(rank, N, world_size)", exact)
@@ -63,7 +65,8 @@ torch.manual_seed(0)
 ddp = DDP(nn.Linear(4, 1).to(device), device_ids=[device.index] if device.type == "cuda" else None)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
 batches = 3 if rank == 0 else 2  # uneven: rank 0 has one batch more
-with Join([ddp]):  # a rank that runs out shadows the others' all-reduces instead of leaving them waiting
+# a rank that runs out shadows the others' all-reduces instead of leaving them waiting
+with Join([ddp]):
     for _ in range(batches):
         opt.zero_grad(set_to_none=True)
         ddp(torch.randn(4, 4, device=device)).sum().backward()

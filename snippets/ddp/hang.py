@@ -18,7 +18,8 @@ import torch.multiprocessing as mp
 # --8<-- [start:bug]
 def worker(rank: int, world_size: int, port: int, errors, done) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=3))  # not 10 minutes
+                            # not 10 minutes
+                            world_size=world_size, timeout=timedelta(seconds=3))
     loss = torch.tensor([1.0])
     t0 = time.perf_counter()
     try:

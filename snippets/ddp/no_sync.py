@@ -43,7 +43,8 @@ ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 calls = {"all-reduces": 0, "bytes": 0}
 
 
-def counting_allreduce(state, bucket):  # a DDP communication hook: called once per bucket
+# a DDP communication hook: called once per bucket
+def counting_allreduce(state, bucket):
     calls["all-reduces"] += 1
     calls["bytes"] += bucket.buffer().numel() * bucket.buffer().element_size()
     return allreduce_hook(state, bucket)  # then do what DDP does by default
@@ -88,7 +89,8 @@ for skip_sync in (False, True):
         print(f"  {calls['all-reduces']} all-reduce(s), {calls['bytes']} bytes of gradients all-reduced")
     assert diffs[-1] == 0.0, "after the synced backward every rank holds the same gradient"
 
-# One process, the full batch: the mean over all ranks' samples of each micro-batch, accumulated.
+# One process, the full batch: the mean over all ranks' samples of each micro-batch,
+# accumulated.
 ref = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).to(device)
 ref.load_state_dict(model.state_dict())
 for k in range(ACCUM):

@@ -4,7 +4,8 @@
 import argparse
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--local_rank", type=int, default=0)  # the old launcher's underscore
+# the old launcher's underscore
+parser.add_argument("--local_rank", type=int, default=0)
 args = parser.parse_args()
 print("local rank", args.local_rank)
 # --8<-- [end:old]

@@ -56,7 +56,8 @@ def save_atomic(obj, path: str) -> None:
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).to(device)
 ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)  # momentum: state to restore too
+# momentum: state to restore too
+opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 
 # --8<-- [start:resume]
 start = 0
@@ -72,8 +73,10 @@ if rank == 0:
 # --8<-- [start:train]
 for step in range(start, args.steps):
     if step == args.kill_at_step and attempt == 0 and rank == 1:
-        os.kill(os.getpid(), signal.SIGKILL)  # a crash nobody can catch: no cleanup at all
-    g = torch.Generator().manual_seed(1000 * step + rank)  # the data of a step is fixed by its number
+        # a crash nobody can catch: no cleanup at all
+        os.kill(os.getpid(), signal.SIGKILL)
+    # the data of a step is fixed by its number
+    g = torch.Generator().manual_seed(1000 * step + rank)
     x, y = torch.randn(4, 8, generator=g).to(device), torch.randn(4, 1, generator=g).to(device)
     opt.zero_grad(set_to_none=True)
     nn.functional.mse_loss(ddp(x), y).backward()

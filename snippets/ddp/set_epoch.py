@@ -9,7 +9,8 @@ from torch.utils.data import DistributedSampler
 
 argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
-dist.init_process_group("gloo", timeout=timedelta(seconds=60))  # no tensors: gloo everywhere
+# no tensors: gloo everywhere
+dist.init_process_group("gloo", timeout=timedelta(seconds=60))
 rank, world_size = dist.get_rank(), dist.get_world_size()
 dataset = list(range(12))  # anything with a length will do
 
@@ -33,7 +34,8 @@ for flag in (False, True):
         print(f"set_epoch called: {flag}")
         for epoch in range(len(mine)):
             print(f"  epoch {epoch}:", "  ".join(f"rank {r} {everyone[r][epoch]}" for r in range(world_size)))
-    for epoch_shards in zip(*everyone):  # in every epoch the ranks share the data out exactly
+    # in every epoch the ranks share the data out exactly
+    for epoch_shards in zip(*everyone):
         assert sorted(i for shard in epoch_shards for i in shard) == dataset
     same = all(e == mine[0] for e in mine)
     assert same == (not flag), "set_epoch should be what changes the order"

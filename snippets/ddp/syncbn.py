@@ -35,7 +35,8 @@ rank, world_size = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
 ref = copy.deepcopy(model).to(device)  # a plain copy, for the comparison below
-model = nn.SyncBatchNorm.convert_sync_batchnorm(model).to(device)  # before wrapping in DDP
+# before wrapping in DDP
+model = nn.SyncBatchNorm.convert_sync_batchnorm(model).to(device)
 if rank == 0:
     print("converted:", type(model[1]).__name__)
 try:

@@ -39,13 +39,15 @@ X = torch.randn(64, 8, generator=g)
 Y = X @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(64, 1, generator=g)
 dataset = TensorDataset(X, Y)
 BATCH, EPOCHS = 8, 3  # per process: a step sees BATCH * world_size samples in all
-sampler = DistributedSampler(dataset, shuffle=True, seed=0)  # rank and world size from the group
+# rank and world size from the group
+sampler = DistributedSampler(dataset, shuffle=True, seed=0)
 loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
 # --8<-- [end:data]
 
 
 def make_model() -> nn.Module:
-    torch.manual_seed(0)  # the same start in every process (DDP would broadcast rank 0's anyway)
+    # the same start in every process (DDP would broadcast rank 0's anyway)
+    torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
 
 
@@ -78,7 +80,8 @@ copies = [torch.empty_like(flat) for _ in range(world_size)]
 dist.all_gather(copies, flat)  # every rank's parameters, on every rank
 replicas_diff = max((c - flat).abs().max().item() for c in copies)
 
-# One process, full batches: each step takes the union of what every rank saw in that step.
+# One process, full batches: each step takes the union of what every rank saw in that
+# step.
 ref = make_model().to(device)
 ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
 samplers = [DistributedSampler(dataset, world_size, r, shuffle=True, seed=0) for r in range(world_size)]
@@ -101,7 +104,8 @@ assert full_batch_diff < 1e-5, "DDP did not match full-batch training"
 # --8<-- [end:check]
 
 # --8<-- [start:cleanup]
-del ddp, opt  # release DDP's hold on the process group first (see "Shutting down cleanly")
+# release DDP's hold on the process group first (see "Shutting down cleanly")
+del ddp, opt
 gc.collect()
 dist.destroy_process_group()
 # --8<-- [end:cleanup]

@@ -78,7 +78,8 @@ if rank == 0:
 
 
 # --8<-- [start:cost]
-class DeepTwoHeads(TwoHeads):  # the same unused head, behind 40 layers that are all used
+# the same unused head, behind 40 layers that are all used
+class DeepTwoHeads(TwoHeads):
     def __init__(self):
         super().__init__()
         self.body = nn.Sequential(*[nn.Linear(8, 8) for _ in range(40)])

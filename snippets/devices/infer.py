@@ -16,7 +16,8 @@ def existing_device(name: str) -> torch.device:
     except RuntimeError as e:
         raise argparse.ArgumentTypeError(f"{e}; devices present: {', '.join(present)}")
     if device.type == "cuda":
-        index = 0 if device.index is None else device.index  # a fresh process starts on 0
+        # a fresh process starts on 0
+        index = 0 if device.index is None else device.index
         if index >= torch.cuda.device_count():  # also catches "no GPU at all"
             raise argparse.ArgumentTypeError(
                 f"{name} does not exist here; devices present: {', '.join(present)}")

@@ -39,7 +39,8 @@ class Model(nn.Module):
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(5, 2)
-        self.seen = []  # one entry per forward call, appended from whichever thread runs it
+        # one entry per forward call, appended from whichever thread runs it
+        self.seen = []
         self.lock = threading.Lock()
 
     def forward(self, x):
@@ -55,7 +56,8 @@ inner = Model()
 model = inner
 gpus = torch.cuda.device_count()
 if gpus:
-    ids = [i % gpus for i in range(args.replicas)]  # fewer GPUs than replicas: they share
+    # fewer GPUs than replicas: they share
+    ids = [i % gpus for i in range(args.replicas)]
     print(f"{gpus} GPU(s): nn.DataParallel with {args.replicas} replicas on {ids}")
     model = nn.DataParallel(inner, device_ids=ids)
 else:

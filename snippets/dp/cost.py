@@ -17,7 +17,8 @@ def make_model(device):
 
 
 # --8<-- [start:traffic]
-# Sizes only: a model on the "meta" device has shapes but no memory, so this runs anywhere.
+# Sizes only: a model on the "meta" device has shapes but no memory, so this runs
+# anywhere.
 params = sum(p.numel() for p in make_model("meta").parameters())
 param_mib = params * 4 / MiB  # float32
 out_mib = BATCH * CLASSES * 4 / MiB  # the logits of one batch
@@ -25,15 +26,18 @@ print(f"model: {params:,} parameters = {param_mib:.0f} MiB; logits of a batch of
 print("per training step, computed from these sizes (MiB):")
 print("  GPUs | params copied out of GPU 0 | grads reduced into GPU 0 | logits on GPU 0 | on each other GPU")
 for n in (2, 4, 8):
-    copies = param_mib * (n - 1)  # one replica for each of the other n - 1 GPUs, every step
-    gpu0 = out_mib / n + out_mib  # its own share, plus the whole batch gathered for the loss
+    # one replica for each of the other n - 1 GPUs, every step
+    copies = param_mib * (n - 1)
+    # its own share, plus the whole batch gathered for the loss
+    gpu0 = out_mib / n + out_mib
     print(f"  {n:4d} | {copies:26.0f} | {copies:24.0f} | {gpu0:15.0f} | {out_mib / n:17.0f}")
 # --8<-- [end:traffic]
 
 
 # --8<-- [start:measure]
 def step(model, x, y):
-    loss = nn.functional.cross_entropy(model(x), y)  # the loss is computed on the output device
+    # the loss is computed on the output device
+    loss = nn.functional.cross_entropy(model(x), y)
     loss.backward()
     model.zero_grad(set_to_none=True)
 

@@ -63,7 +63,8 @@ def train_ddp(device):
     ids = [device.index] if device.type == "cuda" else None
     model = DDP(make_model().to(device), device_ids=ids)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False)
-    loader = DataLoader(dataset, batch_size=BATCH // world, sampler=sampler)  # this rank's share
+    # this rank's share
+    loader = DataLoader(dataset, batch_size=BATCH // world, sampler=sampler)
 
     def average_loss(loss):  # for printing only: DDP already averages the gradients
         dist.all_reduce(loss)

@@ -17,21 +17,25 @@ if __name__ == "__main__":  # a module the tests import, too
 
 # --8<-- [start:steps]
 def replicate(module, n):
-    # One module object per replica (functional_call swaps parameters in and out of the module
+    # One module object per replica (functional_call swaps parameters in and out of the
+    # module
     # it is given, so threads must not share one), run with differentiable copies of the
-    # parameters: autograd sums the replicas' gradients back into the original parameters,
+    # parameters: autograd sums the replicas' gradients back into the original
+    # parameters,
     # which is what DataParallel's Broadcast does in its backward.
     params = dict(module.named_parameters())
     return [(copy.deepcopy(module), {k: p.clone() for k, p in params.items()}) for _ in range(n)]
 
 
 def scatter(batch, n):
-    return batch.chunk(n, dim=0)  # the same rule as DataParallel; may return fewer than n chunks
+    # the same rule as DataParallel; may return fewer than n chunks
+    return batch.chunk(n, dim=0)
 
 
 def parallel_apply(replicas, chunks):
     outputs = [None] * len(chunks)
-    grad_enabled = torch.is_grad_enabled()  # grad mode is per thread: pass it on, as DP does
+    # grad mode is per thread: pass it on, as DP does
+    grad_enabled = torch.is_grad_enabled()
 
     def worker(i):
         with torch.set_grad_enabled(grad_enabled):
@@ -77,7 +81,8 @@ for batch, n in [(30, 2), (30, 3), (10, 3)]:
     def dp_step():
         out, split = data_parallel(model, x, n)
         sizes.extend(split)
-        loss_fn(out, y).backward()  # the loss of the gathered output, as under DataParallel
+        # the loss of the gathered output, as under DataParallel
+        loss_fn(out, y).backward()
 
     dp = grads_after(dp_step)
     diff = max((a - b).abs().max().item() for a, b in zip(full, dp))
@@ -87,8 +92,10 @@ print("gradients match the full-batch gradients")
 # --8<-- [end:check]
 
 # --8<-- [start:loss-inside]
-# A loss computed inside forward comes back as one value per replica. Their mean is not the
-# full-batch loss when the chunks differ in size: 10 samples on 3 replicas are split 4/4/2.
+# A loss computed inside forward comes back as one value per replica. Their mean is not
+# the
+# full-batch loss when the chunks differ in size: 10 samples on 3 replicas are split
+# 4/4/2.
 x, y = torch.randn(10, 5), torch.randn(10, 2)
 with torch.no_grad():
     parts = list(zip(scatter(x, 3), scatter(y, 3)))

@@ -14,7 +14,8 @@ print(f"GPUs visible: {n_gpus}")
 def first_line(e):
     """The error in one line; DataParallel re-raises a replica's error with a traceback inside."""
     lines = [l for l in str(e).strip().splitlines() if l.strip()]
-    if len(lines) > 1:  # "Caught X in replica i on device i. ... X: the original message"
+    # "Caught X in replica i on device i. ... X: the original message"
+    if len(lines) > 1:
         return f"{type(e).__name__}: {lines[0]} -> {lines[-1].strip()}"
     return f"{type(e).__name__}: {lines[0]}"
 
@@ -35,7 +36,8 @@ except RuntimeError as e:
 
 # --8<-- [start:device-ids-fix]
 if n_gpus >= 2:
-    model.to("cuda:0")  # the parameters must be on device_ids[0] before the first forward
+    # the parameters must be on device_ids[0] before the first forward
+    model.to("cuda:0")
     out = dp(torch.randn(30, 5))  # the input may be anywhere, even on the CPU
     print("after model.to('cuda:0'): output on", out.device, "(output_device=1)")
 # --8<-- [end:device-ids-fix]
@@ -54,7 +56,8 @@ class Noisy(nn.Module):
         elif self.how == ".cuda()":
             noise = torch.randn(y.shape).cuda()  # the *current* GPU
         else:  # "like the input"
-            noise = torch.randn_like(y)  # wherever y is: right on every replica, and on the CPU
+            # wherever y is: right on every replica, and on the CPU
+            noise = torch.randn_like(y)
         return y + noise
 # --8<-- [end:inside-forward]
 

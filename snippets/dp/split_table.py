@@ -35,7 +35,8 @@ class Recorder(nn.Module):
         self.seen = seen
 
     def forward(self, x):
-        self.seen.append((x.get_device(), x.shape[0]))  # list.append is atomic under the GIL
+        # list.append is atomic under the GIL
+        self.seen.append((x.get_device(), x.shape[0]))
         return self.fc(x)
 
 
@@ -44,7 +45,8 @@ def check():
     if not gpus:
         sys.exit("--check runs the real DataParallel, which needs a GPU; this machine has none")
     for n in (2, 3, 8):
-        ids = [i % gpus for i in range(n)]  # fewer GPUs than replicas: replicas share GPUs
+        # fewer GPUs than replicas: replicas share GPUs
+        ids = [i % gpus for i in range(n)]
         for batch in (30, 10):
             seen = []
             dp = nn.DataParallel(Recorder(seen).cuda(0), device_ids=ids)

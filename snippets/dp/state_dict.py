@@ -26,7 +26,8 @@ def roundtrip(state):  # torch.save / torch.load through memory instead of a fil
 
 # --8<-- [start:prefix]
 torch.manual_seed(0)
-dp = nn.DataParallel(make_model())  # on a CPU-only machine too: the wrapper is still there
+# on a CPU-only machine too: the wrapper is still there
+dp = nn.DataParallel(make_model())
 print("keys of dp.state_dict():", list(dp.state_dict()))
 # --8<-- [end:prefix]
 

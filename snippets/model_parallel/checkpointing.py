@@ -31,7 +31,8 @@ class Net(nn.Module):
 
     def forward(self, h):
         for block in self.blocks:
-            if self.ckpt:  # keep only the block's input; recompute the inside during backward
+            # keep only the block's input; recompute the inside during backward
+            if self.ckpt:
                 h = checkpoint(block, h, use_reentrant=False)
             else:
                 h = block(h)
@@ -48,7 +49,8 @@ def saved_activations(model, x):
     def pack(t):
         ptr = t.untyped_storage().data_ptr()
         if ptr not in params:
-            seen[ptr] = t.untyped_storage().nbytes()  # a tensor saved twice is counted once
+            # a tensor saved twice is counted once
+            seen[ptr] = t.untyped_storage().nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

@@ -26,7 +26,8 @@ if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun "
              "--standalone --nproc-per-node=2 snippets/model_parallel/fsdp.py")
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-if 16 % world:  # the batch of 16 is shared out equally, so that the mean over ranks is exact
+# the batch of 16 is shared out equally, so that the mean over ranks is exact
+if 16 % world:
     sys.exit(f"run with 1, 2, 4, 8 or 16 processes (they share a batch of 16), not {world}"
              if rank == 0 else 2)
 local_rank = int(os.environ["LOCAL_RANK"])
@@ -63,9 +64,11 @@ def make_model():
                          nn.Linear(128, 4)).to(device)
 
 
-ref = make_model()  # the same full model on every process, trained below on the whole batch
+# the same full model on every process, trained below on the whole batch
+ref = make_model()
 model = make_model()
-for layer in model:  # each Linear is one unit: gathered just before it runs, freed after
+# each Linear is one unit: gathered just before it runs, freed after
+for layer in model:
     if isinstance(layer, nn.Linear):
         fully_shard(layer)
 fully_shard(model)  # the root: whatever is left, and the hooks that drive the rest
@@ -83,9 +86,12 @@ show(f"parameters held: {counts} of {sum(p.numel() for p in ref.parameters())}")
 opt = torch.optim.Adam(model.parameters(), lr=1e-2)
 opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-2)
 for step in range(3):
-    x, y = torch.randn(16, 32, device=device), torch.randn(16, 4, device=device)  # same on all
-    mine = slice(rank * 16 // world, (rank + 1) * 16 // world)  # this rank's part of the batch
-    nn.functional.mse_loss(model(x[mine]), y[mine]).backward()  # grads reduce-scattered (mean)
+    # same on all
+    x, y = torch.randn(16, 32, device=device), torch.randn(16, 4, device=device)
+    # this rank's part of the batch
+    mine = slice(rank * 16 // world, (rank + 1) * 16 // world)
+    # grads reduce-scattered (mean)
+    nn.functional.mse_loss(model(x[mine]), y[mine]).backward()
     opt.step()
     opt.zero_grad()
     nn.functional.mse_loss(ref(x), y).backward()  # one process, whole batch
@@ -101,13 +107,15 @@ full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True
 sizes = [None] * world
 dist.all_gather_object(sizes, len(full))
 show(f"full state dict: {sizes} tensors per rank (rank 0 gets all of them, on the CPU)")
-if rank == 0:  # plain tensors: torch.save(full, ...) writes a file that loads without FSDP
+# plain tensors: torch.save(full, ...) writes a file that loads without FSDP
+if rank == 0:
     show("rank 0's full state dict holds:", {f"{type(t).__name__} on {t.device}" for t in full.values()})
 # --8<-- [end:full-state-dict]
 
 # --8<-- [start:dcp]
 path = [tempfile.mkdtemp() if rank == 0 else None]
-dist.broadcast_object_list(path)  # one directory, chosen by rank 0 (a shared disk across nodes)
+# one directory, chosen by rank 0 (a shared disk across nodes)
+dist.broadcast_object_list(path)
 dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=path[0])
 show("distributed checkpoint files:", sorted(os.listdir(path[0])))
 
@@ -145,7 +153,8 @@ assert diff < 5e-2, diff
 # --8<-- [start:offload]
 try:
     off = make_model()
-    fully_shard(off, offload_policy=CPUOffloadPolicy())  # shards live in (pinned) host memory
+    # shards live in (pinned) host memory
+    fully_shard(off, offload_policy=CPUOffloadPolicy())
     off(torch.randn(16, 32, device=device)).sum().backward()
     show(f"CPU offload: parameters on {off[0].weight.device}, gradients on {off[0].weight.grad.device}")
 except RuntimeError as e:

@@ -8,17 +8,21 @@ temporary all-gather space are not counted.
 import argparse
 
 # --8<-- [start:table]
-WEIGHTS, GRADS, ADAM = 2, 2, 12  # bytes per parameter (bf16 weights and grads, fp32 Adam state)
+# bytes per parameter (bf16 weights and grads, fp32 Adam state)
+WEIGHTS, GRADS, ADAM = 2, 2, 12
 
 
 def per_gpu(strategy: str, n: int) -> tuple[float, float, float]:
     """Bytes per parameter on one of n GPUs: (weights, gradients, optimizer states)."""
     return {
-        "DDP":               (WEIGHTS,     GRADS,     ADAM),      # everything replicated
-        "ZeRO-1":            (WEIGHTS,     GRADS,     ADAM / n),  # optimizer states sharded
+        # everything replicated
+        "DDP":               (WEIGHTS,     GRADS,     ADAM),
+        # optimizer states sharded
+        "ZeRO-1":            (WEIGHTS,     GRADS,     ADAM / n),
         "ZeRO-2":            (WEIGHTS,     GRADS / n, ADAM / n),  # + gradients sharded
         "ZeRO-3 / FSDP":     (WEIGHTS / n, GRADS / n, ADAM / n),  # + weights sharded
-        "TP (all layers)":   (WEIGHTS / n, GRADS / n, ADAM / n),  # each GPU owns 1/n of each layer
+        # each GPU owns 1/n of each layer
+        "TP (all layers)":   (WEIGHTS / n, GRADS / n, ADAM / n),
     }[strategy]
 
 

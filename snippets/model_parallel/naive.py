@@ -69,7 +69,8 @@ def sync(d):
 x = torch.randn(256, 128, device=dev0)
 runs = []
 with torch.no_grad():
-    for _ in range(5):  # the fastest of 5 runs: the first one warms up, others may be preempted
+    # the fastest of 5 runs: the first one warms up, others may be preempted
+    for _ in range(5):
         t0 = time.perf_counter()
         h = split.stage0(x)
         sync(dev0)

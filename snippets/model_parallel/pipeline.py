@@ -46,7 +46,8 @@ if rank == 0:
 torch.manual_seed(0)  # every process builds the same full model ...
 full = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
                      nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4)).to(device)
-bounds = [0, 4, 7]  # ... and keeps its own layers: process 0 layers 0-3, process 1 layers 4-6
+# ... and keeps its own layers: process 0 layers 0-3, process 1 layers 4-6
+bounds = [0, 4, 7]
 part = copy.deepcopy(full[bounds[rank]:bounds[rank + 1]])
 stage = PipelineStage(part, stage_index=rank, num_stages=world, device=device)
 # --8<-- [end:stages]
@@ -64,7 +65,8 @@ def max_grad_diff(a, b, scale=1.0):
 
 # --8<-- [start:reference]
 full(x).sub(y).square().mean().backward()  # the unsplit model on the whole batch
-mine = full[bounds[rank]:bounds[rank + 1]]  # the same layers as this stage, for comparison
+# the same layers as this stage, for comparison
+mine = full[bounds[rank]:bounds[rank + 1]]
 # --8<-- [end:reference]
 
 # --8<-- [start:schedules]
@@ -74,9 +76,11 @@ for Schedule in (ScheduleGPipe, Schedule1F1B):
         schedule = Schedule(stage, n_microbatches=4, loss_fn=loss_fn, scale_grads=scale_grads)
         losses = []
         if rank == 0:
-            schedule.step(x)  # the first stage gets the input, split into 4 micro-batches
+            # the first stage gets the input, split into 4 micro-batches
+            schedule.step(x)
         else:
-            schedule.step(target=y, losses=losses)  # the last stage gets targets, returns losses
+            # the last stage gets targets, returns losses
+            schedule.step(target=y, losses=losses)
         diff = max_grad_diff(part, mine, scale=1.0 if scale_grads else 4.0)
         if rank == 0:
             want = "the full-batch gradient" if scale_grads else "4 times the full-batch gradient"

@@ -64,15 +64,18 @@ class MLP(nn.Module):
 torch.manual_seed(0)
 ref = MLP().to(device)  # the unsharded model, the same on every process
 tp = parallelize_module(copy.deepcopy(ref), mesh, {
-    "up": ColwiseParallel(),    # weight rows (output features) split: each rank computes part of h
-    "down": RowwiseParallel(),  # weight columns (input features) split: partial sums, then all-reduce
+    # weight rows (output features) split: each rank computes part of h
+    "up": ColwiseParallel(),
+    # weight columns (input features) split: partial sums, then all-reduce
+    "down": RowwiseParallel(),
 })
 for name, p in tp.named_parameters():
     show(f"{name:12} {str(p.placements):18} global {tuple(p.shape)!s:10} local {tuple(p.to_local().shape)}")
 # --8<-- [end:shard]
 
 # --8<-- [start:run]
-x = torch.randn(8, 64, device=device, requires_grad=True)  # the same input on every rank
+# the same input on every rank
+x = torch.randn(8, 64, device=device, requires_grad=True)
 x_ref = x.detach().clone().requires_grad_()
 with CommDebugMode() as fwd:
     out = tp(x)

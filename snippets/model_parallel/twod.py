@@ -57,7 +57,8 @@ class Block(nn.Module):
         self.up, self.act, self.down = nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, dim)
 
     def forward(self, x):
-        return x + self.down(self.act(self.up(x)))  # residual: x is needed whole on every tp rank
+        # residual: x is needed whole on every tp rank
+        return x + self.down(self.act(self.up(x)))
 
 
 torch.manual_seed(0)
@@ -77,7 +78,8 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
 for step in range(3):
     x = torch.randn(8, 32, device=device)  # the same batch everywhere
-    model(x.chunk(2)[dp]).square().mean().backward()  # dp rank d takes half d; tp ranks share it
+    # dp rank d takes half d; tp ranks share it
+    model(x.chunk(2)[dp]).square().mean().backward()
     opt.step()
     opt.zero_grad()
     ref(x).square().mean().backward()

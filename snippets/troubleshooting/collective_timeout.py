@@ -19,8 +19,10 @@ if "LOCAL_RANK" not in os.environ:
 if os.environ["WORLD_SIZE"] == "1":
     sys.exit("one process cannot disagree with itself: run with --nproc-per-node=2 or more")
 # --8<-- [start:init]
-# gloo and CPU tensors on any machine: with NCCL, a barrier is itself a one-element all-reduce
-# and would pair with rank 0's all_reduce below; the mismatch would surface later, as an abort
+# gloo and CPU tensors on any machine: with NCCL, a barrier is itself a one-element all-
+# reduce
+# and would pair with rank 0's all_reduce below; the mismatch would surface later, as an
+# abort
 dist.init_process_group("gloo", timeout=timedelta(seconds=3))
 device = torch.device("cpu")
 # --8<-- [end:init]
@@ -51,8 +53,10 @@ def attempt(label, group=None):
 attempt("plain")
 
 # --8<-- [start:detail]
-dist.set_debug_level(dist.DebugLevel.DETAIL)  # or TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun ...
-checked = dist.new_group(timeout=timedelta(seconds=3))  # groups created now check each collective
+# or TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun ...
+dist.set_debug_level(dist.DebugLevel.DETAIL)
+# groups created now check each collective
+checked = dist.new_group(timeout=timedelta(seconds=3))
 attempt("DETAIL", checked)
 # --8<-- [end:detail]
 

@@ -7,7 +7,8 @@ from torch import nn
 
 argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
-# the meta device holds shapes and no data: a device other than the CPU that every build has
+# the meta device holds shapes and no data: a device other than the CPU that every build
+# has
 other = torch.device("cuda:0" if torch.cuda.is_available() else "meta")
 
 # --8<-- [start:error]

@@ -6,7 +6,8 @@ torch's own launcher code builds the worker command line here, in one process: n
 import argparse
 import os
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # the launchers' config code warns when it is unset
+# the launchers' config code warns when it is unset
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch.distributed.launch as launch  # noqa: E402
 import torch.distributed.run as run  # noqa: E402
 
@@ -20,7 +21,8 @@ for name, parse in [("python -m torch.distributed.launch", launch.parse_args),
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message):  # raise instead of printing usage and exiting with status 2
+    # raise instead of printing usage and exiting with status 2
+    def error(self, message):
         raise ValueError(f"{self.prog}: error: {message}")
 
 
@@ -51,7 +53,8 @@ try_parse("strict", strict, ["--lr=0.1"])
 parser = Parser(prog="train.py")
 parser.add_argument("--lr", type=float)
 args = parser.parse_args(["--lr=0.1"])
-os.environ["LOCAL_RANK"] = "1"  # torchrun sets this for each worker; set here for the demo
+# torchrun sets this for each worker; set here for the demo
+os.environ["LOCAL_RANK"] = "1"
 local_rank = int(os.environ["LOCAL_RANK"])
 print(f"fixed: {args}, local_rank={local_rank} (from the environment)")
 # --8<-- [end:fix]

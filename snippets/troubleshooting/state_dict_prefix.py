@@ -13,7 +13,8 @@ torch.manual_seed(0)
 
 # --8<-- [start:save]
 model = nn.Linear(4, 2)
-wrapped = nn.DataParallel(model)  # DistributedDataParallel prefixes the keys the same way
+# DistributedDataParallel prefixes the keys the same way
+wrapped = nn.DataParallel(model)
 buffer = io.BytesIO()  # stands for a checkpoint file
 torch.save(wrapped.state_dict(), buffer)
 print("saved keys:", list(wrapped.state_dict()))
@@ -33,7 +34,8 @@ except RuntimeError as e:
 consume_prefix_in_state_dict_if_present(state, "module.")  # strips it in place
 fresh.load_state_dict(state)
 print("loaded keys:", list(state), "| same weights:",
-      torch.equal(fresh.weight, model.weight.cpu()))  # DataParallel moved model to the GPU
+      # DataParallel moved model to the GPU
+      torch.equal(fresh.weight, model.weight.cpu()))
 # better: save the inner model in the first place
 print("wrapped.module keys:", list(wrapped.module.state_dict()))
 # --8<-- [end:fix]

@@ -10,7 +10,8 @@ from torch import nn
 
 argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
-# a process group of one process (in a real job: torchrun and init_process_group("gloo"))
+# a process group of one process (in a real job: torchrun and
+# init_process_group("gloo"))
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
                         timeout=timedelta(seconds=30))
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
