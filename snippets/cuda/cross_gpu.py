@@ -8,7 +8,9 @@ import torch
 argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 if torch.cuda.device_count() < 2:
-    sys.exit(f"This example needs two CUDA GPUs; this machine has {torch.cuda.device_count()}.")
+    sys.exit(
+        f"This example needs two CUDA GPUs; this machine has {torch.cuda.device_count()}."
+    )
 
 # --8<-- [start:mix]
 x0 = torch.ones(3, device="cuda:0")

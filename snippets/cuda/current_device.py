@@ -19,9 +19,15 @@ with torch.cuda.device(last):  # the current device, for this block only
     b = torch.ones(1, device="cuda")  # follows the current device
     c = torch.ones(1, device="cuda:0")  # an explicit index always wins
     d = a + a  # results land where their inputs are
-    print(f"inside: current={torch.cuda.current_device()} b={b.device} c={c.device} d={d.device}")
+    print(
+        f"inside: current={torch.cuda.current_device()} b={b.device} c={c.device} d={d.device}"
+    )
 
 print(f"after: current={torch.cuda.current_device()}")
 torch.cuda.set_device(last)  # for the rest of this thread
-print("after set_device:", torch.ones(1, device="cuda").device, torch.ones(1).cuda().device)
+print(
+    "after set_device:",
+    torch.ones(1, device="cuda").device,
+    torch.ones(1).cuda().device,
+)
 # --8<-- [end:current]

@@ -69,7 +69,9 @@ def run(variant, steps=200) -> float:
 
 def cost(variant, reps=5, steps=200) -> float:
     """Median over interleaved repeats of (time with the variant) / (time without)."""
-    return statistics.median(run(variant, steps) / run(nothing, steps) for _ in range(reps))
+    return statistics.median(
+        run(variant, steps) / run(nothing, steps) for _ in range(reps)
+    )
 
 
 # A sync per step costs the most when the GPU's work per step takes about as long as the

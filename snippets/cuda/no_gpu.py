@@ -16,7 +16,9 @@ calls = {
     "torch.cuda.synchronize()": lambda: torch.cuda.synchronize(),
     "torch.ones(2).pin_memory()": lambda: torch.ones(2).pin_memory().is_pinned(),
     "torch.cuda.Stream()": lambda: type(torch.cuda.Stream()).__name__,
-    "torch.cuda.Event(enable_timing=True)": lambda: type(torch.cuda.Event(enable_timing=True)).__name__,
+    "torch.cuda.Event(enable_timing=True)": lambda: type(
+        torch.cuda.Event(enable_timing=True)
+    ).__name__,
 }
 for call, run in calls.items():
     try:

@@ -18,7 +18,9 @@ pageable = torch.randn(N)
 def gb_per_s(copy, reps=10):
     copy()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+        enable_timing=True
+    )
     start.record()
     for _ in range(reps):
         copy()
@@ -51,8 +53,12 @@ fast = gb_per_s(lambda: pinned.to("cuda", non_blocking=True))
 mistake = gb_per_s(lambda: pageable.pin_memory().to("cuda"))
 print(torch.cuda.get_device_name(), "| host-to-device, 256 MiB")
 print(f"pageable:               {plain:7.1f} GB/s")
-print(f"pinned:                 {fast:7.1f} GB/s   pinned / pageable: {fast / plain:.2f}x")
-print(f"pin_memory() each time: {mistake:7.1f} GB/s   vs pageable: {mistake / plain:.2f}x")
+print(
+    f"pinned:                 {fast:7.1f} GB/s   pinned / pageable: {fast / plain:.2f}x"
+)
+print(
+    f"pin_memory() each time: {mistake:7.1f} GB/s   vs pageable: {mistake / plain:.2f}x"
+)
 link, name = pcie_link()  # the bound: what the link carries at most, per direction
 if link:
     print(f"the link, {name}: {link:.1f} GB/s; pinned / link: {fast / link:.2f}x")

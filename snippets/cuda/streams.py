@@ -64,7 +64,10 @@ out_serial, serial_ms = timed(serial)
 out_overlap, overlap_ms = timed(overlapped)
 assert torch.equal(out_serial, out_overlap)
 best = max(compute_ms, copy_ms) / (compute_ms + copy_ms)  # perfect overlap
-print(torch.cuda.get_device_name(), f"| {matmuls} matmuls 4096^2 + a 512 MiB copy to the GPU")
+print(
+    torch.cuda.get_device_name(),
+    f"| {matmuls} matmuls 4096^2 + a 512 MiB copy to the GPU",
+)
 print(f"compute alone: {compute_ms:8.2f} ms, copy alone: {copy_ms:8.2f} ms")
 print(f"serial:        {serial_ms:8.2f} ms")
 print(f"overlapped:    {overlap_ms:8.2f} ms")

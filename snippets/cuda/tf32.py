@@ -20,7 +20,9 @@ a, b = a64.float(), b64.float()
 
 def measure(matmul, reps=10):
     out = matmul()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+        enable_timing=True
+    )
     start.record()
     for _ in range(reps):
         matmul()
@@ -65,7 +67,11 @@ flop = 2 * n**3
 runs = {"float32": fp32, "tf32": tf32, "bf16 autocast": bf16}
 for i, (name, (ms, err)) in enumerate(runs.items()):
     rate = flop / ms / 1e9  # TFLOP/s
-    bound = f"of the peak {peaks[i]} TFLOP/s: {rate / peaks[i]:.2f}x" if peaks else "peak unknown"
+    bound = (
+        f"of the peak {peaks[i]} TFLOP/s: {rate / peaks[i]:.2f}x"
+        if peaks
+        else "peak unknown"
+    )
     print(f"{name:14} {ms:8.2f} ms {rate:8.1f} TFLOP/s  rel. error {err:.1e}"
           f"  speed-up {fp32[0] / ms:.1f}x  {bound}")
 # --8<-- [end:table]

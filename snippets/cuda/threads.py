@@ -27,13 +27,21 @@ def serve(worker: int, gpu: int, batches: list[int], results: dict, seen: dict) 
     with torch.cuda.stream(stream), torch.inference_mode():
         for i in batches:
             results[i] = replica(requests[i].to(f"cuda:{gpu}")).cpu()
-        seen[worker] = (torch.cuda.current_device(), torch.cuda.current_stream() == stream)
+        seen[worker] = (
+            torch.cuda.current_device(),
+            torch.cuda.current_stream() == stream,
+        )
 
 
 results, seen = {}, {}
 workers = max(2, len(gpus))
-threads = [threading.Thread(target=serve, args=(w, gpus[w % len(gpus)], list(range(w, 8, workers)), results, seen))
-           for w in range(workers)]
+threads = [
+    threading.Thread(
+        target=serve,
+        args=(w, gpus[w % len(gpus)], list(range(w, 8, workers)), results, seen),
+    )
+    for w in range(workers)
+]
 for t in threads:
     t.start()
 for t in threads:
@@ -45,7 +53,13 @@ expected = model(requests.flatten(0, 1)).view(8, 32, 10)
 got = torch.stack([results[i] for i in range(8)])
 print("threads:", len(threads), "| batches served:", len(results))
 print("max abs diff vs one CPU model:", f"{(got - expected).abs().max().item():.1e}")
-print("per worker (current device, its own stream current):", dict(sorted(seen.items())))
-print("main thread: current device", torch.cuda.current_device(),
-      "| default stream current:", torch.cuda.current_stream() == torch.cuda.default_stream())
+print(
+    "per worker (current device, its own stream current):", dict(sorted(seen.items()))
+)
+print(
+    "main thread: current device",
+    torch.cuda.current_device(),
+    "| default stream current:",
+    torch.cuda.current_stream() == torch.cuda.default_stream(),
+)
 # --8<-- [end:check]

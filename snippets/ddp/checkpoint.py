@@ -33,7 +33,9 @@ if dist.get_rank() == 0:  # which case of the device rule ran
     print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 rank, world_size = dist.get_rank(), dist.get_world_size()
 # one directory per torchrun run, the same for every process on this machine
-ckpt_dir = os.path.join(tempfile.gettempdir(), "ddp-ckpt-" + os.environ["TORCHELASTIC_RUN_ID"])
+ckpt_dir = os.path.join(
+    tempfile.gettempdir(), "ddp-ckpt-" + os.environ["TORCHELASTIC_RUN_ID"]
+)
 path = os.path.join(ckpt_dir, "model.pt")
 
 torch.manual_seed(0)
@@ -60,7 +62,9 @@ def save_atomic(obj, path: str) -> None:
 # --8<-- [start:save]
 if rank == 0:  # one writer: every rank holds the same weights
     os.makedirs(ckpt_dir, exist_ok=True)
-    save_atomic({"model": ddp.module.state_dict(), "optim": opt.state_dict(), "step": 1}, path)
+    save_atomic(
+        {"model": ddp.module.state_dict(), "optim": opt.state_dict(), "step": 1}, path
+    )
 dist.barrier()  # nobody reads before rank 0 has finished writing
 
 ckpt = torch.load(path, map_location=device, weights_only=True)  # to *my* device
@@ -90,7 +94,11 @@ if rank == 0:
     good = open(path, "rb").read()
     with open(path + ".tmp", "wb") as f:  # a crash halfway through save_atomic:
         f.write(good[: len(good) // 2])  # half of the new file, and no rename
-    print("atomic: after a crash mid-save, step", torch.load(path, weights_only=True)["step"], "loads")
+    print(
+        "atomic: after a crash mid-save, step",
+        torch.load(path, weights_only=True)["step"],
+        "loads",
+    )
     naive = os.path.join(ckpt_dir, "naive.pt")
     with open(naive, "wb") as f:  # the same crash while writing straight into the file
         f.write(good[: len(good) // 2])

@@ -46,8 +46,10 @@ def report(name: str, shard: list[int]) -> None:
     sums = torch.stack([mine.sum(), torch.tensor(float(len(mine)), device=device)])
     dist.all_reduce(sums)
     if rank == 0:
-        print(f"{name:30} counted {int(sums[1])} samples: mean of means {mean.item() / world_size:.4f}, "
-              f"sum/count {(sums[0] / sums[1]).item():.4f}")
+        print(
+            f"{name:30} counted {int(sums[1])} samples: mean of means {mean.item() / world_size:.4f}, "
+            f"sum/count {(sums[0] / sums[1]).item():.4f}"
+        )
 
 
 padded = list(DistributedSampler(correct, shuffle=False))  # pads by repeating samples
@@ -62,7 +64,10 @@ report("range(rank, N, world_size)", exact)
 
 # --8<-- [start:join]
 torch.manual_seed(0)
-ddp = DDP(nn.Linear(4, 1).to(device), device_ids=[device.index] if device.type == "cuda" else None)
+ddp = DDP(
+    nn.Linear(4, 1).to(device),
+    device_ids=[device.index] if device.type == "cuda" else None,
+)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
 batches = 3 if rank == 0 else 2  # uneven: rank 0 has one batch more
 # a rank that runs out shadows the others' all-reduces instead of leaving them waiting
@@ -77,7 +82,9 @@ dist.all_gather(copies, weights)
 steps = [None] * world_size
 dist.all_gather_object(steps, batches)
 if rank == 0:
-    print(f"Join: batches per rank {steps}, replicas identical: {all(torch.equal(c, weights) for c in copies)}")
+    print(
+        f"Join: batches per rank {steps}, replicas identical: {all(torch.equal(c, weights) for c in copies)}"
+    )
 # --8<-- [end:join]
 
 del ddp, opt

@@ -41,7 +41,10 @@ if __name__ == "__main__":
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    print("TORCH_DISTRIBUTED_DEBUG =", os.environ.get("TORCH_DISTRIBUTED_DEBUG", "(not set)"))
+    print(
+        "TORCH_DISTRIBUTED_DEBUG =",
+        os.environ.get("TORCH_DISTRIBUTED_DEBUG", "(not set)"),
+    )
     ctx = mp.get_context("spawn")
     errors, done = ctx.SimpleQueue(), ctx.Barrier(2)
     mp.spawn(worker, args=(2, port, errors, done), nprocs=2, join=True)

@@ -34,7 +34,9 @@ rank, world_size = dist.get_rank(), dist.get_world_size()
 
 ACCUM, MICRO = 4, 4  # 4 micro-batches of 4 samples per rank make one optimizer step
 g = torch.Generator().manual_seed(0)
-X, Y = torch.randn(world_size, ACCUM, MICRO, 8, generator=g), torch.randn(world_size, ACCUM, MICRO, 1, generator=g)
+X, Y = torch.randn(world_size, ACCUM, MICRO, 8, generator=g), torch.randn(
+    world_size, ACCUM, MICRO, 1, generator=g
+)
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).to(device)
 ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -85,9 +87,16 @@ for skip_sync in (False, True):
     diffs = accumulate(skip_sync)
     if rank == 0:
         print(f"no_sync on the first {ACCUM - 1} micro-batches: {skip_sync}")
-        print("  grads differ across ranks after each micro-batch:", [d > 0 for d in diffs])
-        print(f"  {calls['all-reduces']} all-reduce(s), {calls['bytes']} bytes of gradients all-reduced")
-    assert diffs[-1] == 0.0, "after the synced backward every rank holds the same gradient"
+        print(
+            "  grads differ across ranks after each micro-batch:",
+            [d > 0 for d in diffs],
+        )
+        print(
+            f"  {calls['all-reduces']} all-reduce(s), {calls['bytes']} bytes of gradients all-reduced"
+        )
+    assert (
+        diffs[-1] == 0.0
+    ), "after the synced backward every rank holds the same gradient"
 
 # One process, the full batch: the mean over all ranks' samples of each micro-batch,
 # accumulated.

@@ -33,7 +33,10 @@ for flag in (False, True):
     if rank == 0:
         print(f"set_epoch called: {flag}")
         for epoch in range(len(mine)):
-            print(f"  epoch {epoch}:", "  ".join(f"rank {r} {everyone[r][epoch]}" for r in range(world_size)))
+            print(
+                f"  epoch {epoch}:",
+                "  ".join(f"rank {r} {everyone[r][epoch]}" for r in range(world_size)),
+            )
     # in every epoch the ranks share the data out exactly
     for epoch_shards in zip(*everyone):
         assert sorted(i for shard in epoch_shards for i in shard) == dataset

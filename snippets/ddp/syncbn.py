@@ -50,14 +50,19 @@ except ValueError as e:  # what the CPU gets
 
 # --8<-- [start:compare]
 g = torch.Generator().manual_seed(0)
-data = torch.randn(world_size, 8, 4, generator=g) + torch.arange(world_size).view(-1, 1, 1) * 3.0
+data = (
+    torch.randn(world_size, 8, 4, generator=g)
+    + torch.arange(world_size).view(-1, 1, 1) * 3.0
+)
 ddp(data[rank].to(device))  # train mode: statistics over all world_size * 8 samples
 
 ref(data.reshape(-1, 4).to(device))  # one process, the whole batch, plain BatchNorm1d
 err = (model[1].running_mean - ref[1].running_mean).abs().max().item()
 if rank == 0:
-    print(f"running_mean: SyncBatchNorm on {world_size} ranks vs BatchNorm1d on the whole batch: "
-          f"max |difference| {err:.1e}")
+    print(
+        f"running_mean: SyncBatchNorm on {world_size} ranks vs BatchNorm1d on the whole batch: "
+        f"max |difference| {err:.1e}"
+    )
 assert err < 1e-5
 # --8<-- [end:compare]
 

@@ -67,7 +67,9 @@ for epoch in range(EPOCHS):
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()  # gradients are averaged over all processes here
         opt.step()
-        total += torch.stack([loss.detach() * len(x), torch.tensor(len(x), device=device)])
+        total += torch.stack(
+            [loss.detach() * len(x), torch.tensor(len(x), device=device)]
+        )
     dist.all_reduce(total)
     if rank == 0:
         print(f"epoch {epoch}: mean loss {total[0].item() / total[1].item():.4f} "
@@ -84,7 +86,10 @@ replicas_diff = max((c - flat).abs().max().item() for c in copies)
 # step.
 ref = make_model().to(device)
 ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-samplers = [DistributedSampler(dataset, world_size, r, shuffle=True, seed=0) for r in range(world_size)]
+samplers = [
+    DistributedSampler(dataset, world_size, r, shuffle=True, seed=0)
+    for r in range(world_size)
+]
 for epoch in range(EPOCHS):
     for s in samplers:
         s.set_epoch(epoch)

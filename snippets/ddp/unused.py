@@ -99,7 +99,9 @@ def ms_per_step(**kwargs) -> float:
     return (time.perf_counter() - t0) / 20 * 1e3
 
 
-searching, static_ms = ms_per_step(find_unused_parameters=True), ms_per_step(static_graph=True)
+searching, static_ms = ms_per_step(find_unused_parameters=True), ms_per_step(
+    static_graph=True
+)
 if rank == 0:
     print(f"find_unused_parameters=True: {searching:.2f} ms/step")
     print(f"static_graph=True:           {static_ms:.2f} ms/step")

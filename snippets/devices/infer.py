@@ -22,7 +22,9 @@ def existing_device(name: str) -> torch.device:
             raise argparse.ArgumentTypeError(
                 f"{name} does not exist here; devices present: {', '.join(present)}")
     elif device.type != "cpu":
-        raise argparse.ArgumentTypeError(f"this script runs on cpu or cuda, not {device.type}")
+        raise argparse.ArgumentTypeError(
+            f"this script runs on cpu or cuda, not {device.type}"
+        )
     return device
 # --8<-- [end:parse]
 

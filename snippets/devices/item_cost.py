@@ -61,5 +61,7 @@ print("device:", torch.cuda.get_device_name(device) if device.type == "cuda" els
 print(f".item() every step: {item_ms:8.1f} ms for 300 steps")
 print(f"one transfer at end: {bulk_ms:8.1f} ms for 300 steps")
 print(f"per-step / at-end: {item_ms / bulk_ms:.2f}x")
-print("same losses:", torch.allclose(torch.tensor(item_losses), torch.tensor(bulk_losses)))
+print(
+    "same losses:", torch.allclose(torch.tensor(item_losses), torch.tensor(bulk_losses))
+)
 # --8<-- [end:measure]

@@ -70,5 +70,7 @@ for batch in loader:
     for dev, xs, ys in sorted(inner.seen):
         print(f"  In Model on {dev}: input {xs}, output {ys}")
     inner.seen.clear()
-    print(f"Outside: input {list(batch.shape)}, output {list(out.shape)} on {out.device}")
+    print(
+        f"Outside: input {list(batch.shape)}, output {list(out.shape)} on {out.device}"
+    )
 # --8<-- [end:wrap]

@@ -13,7 +13,9 @@ MiB = 2**20
 
 
 def make_model(device):
-    return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES)).to(device)
+    return nn.Sequential(
+        nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES)
+    ).to(device)
 
 
 # --8<-- [start:traffic]
@@ -22,15 +24,21 @@ def make_model(device):
 params = sum(p.numel() for p in make_model("meta").parameters())
 param_mib = params * 4 / MiB  # float32
 out_mib = BATCH * CLASSES * 4 / MiB  # the logits of one batch
-print(f"model: {params:,} parameters = {param_mib:.0f} MiB; logits of a batch of {BATCH}: {out_mib:.0f} MiB")
+print(
+    f"model: {params:,} parameters = {param_mib:.0f} MiB; logits of a batch of {BATCH}: {out_mib:.0f} MiB"
+)
 print("per training step, computed from these sizes (MiB):")
-print("  GPUs | params copied out of GPU 0 | grads reduced into GPU 0 | logits on GPU 0 | on each other GPU")
+print(
+    "  GPUs | params copied out of GPU 0 | grads reduced into GPU 0 | logits on GPU 0 | on each other GPU"
+)
 for n in (2, 4, 8):
     # one replica for each of the other n - 1 GPUs, every step
     copies = param_mib * (n - 1)
     # its own share, plus the whole batch gathered for the loss
     gpu0 = out_mib / n + out_mib
-    print(f"  {n:4d} | {copies:26.0f} | {copies:24.0f} | {gpu0:15.0f} | {out_mib / n:17.0f}")
+    print(
+        f"  {n:4d} | {copies:26.0f} | {copies:24.0f} | {gpu0:15.0f} | {out_mib / n:17.0f}"
+    )
 # --8<-- [end:traffic]
 
 
@@ -57,7 +65,9 @@ if n >= 2:
     for i in range(n):
         torch.cuda.synchronize(i)
     dp_ms = (time.perf_counter() - t0) / 10 * 1e3
-    print(f"measured on {n} GPUs ({torch.cuda.get_device_name(0)}), peak memory during a DP step:")
+    print(
+        f"measured on {n} GPUs ({torch.cuda.get_device_name(0)}), peak memory during a DP step:"
+    )
     for i in range(n):
         print(f"  cuda:{i}: {torch.cuda.max_memory_allocated(i) / MiB:.0f} MiB")
     one = make_model("cuda:1")
@@ -69,7 +79,11 @@ if n >= 2:
         step(one, xs, ys)
     torch.cuda.synchronize(1)
     one_ms = (time.perf_counter() - t0) / 10 * 1e3
-    print(f"  DP step on batch {BATCH}: {dp_ms:.2f} ms; one GPU alone on its share ({BATCH // n}): {one_ms:.2f} ms")
+    print(
+        f"  DP step on batch {BATCH}: {dp_ms:.2f} ms; one GPU alone on its share ({BATCH // n}): {one_ms:.2f} ms"
+    )
 else:
-    print(f"{n} GPU(s) here: nothing to measure; the numbers above are computed, not measured")
+    print(
+        f"{n} GPU(s) here: nothing to measure; the numbers above are computed, not measured"
+    )
 # --8<-- [end:measure]

@@ -27,7 +27,9 @@ calls = {
     "scatter(x, [0, 1])": lambda: scatter(x, [0, 1]),
     "gather([a, b], 0)": lambda: gather(list(x.chunk(2)), 0),
     "replicate(model, [0, 1])": lambda: replicate(model, [0, 1]),
-    "parallel_apply([model] * 2, ...)": lambda: parallel_apply([model] * 2, list(x.chunk(2))),
+    "parallel_apply([model] * 2, ...)": lambda: parallel_apply(
+        [model] * 2, list(x.chunk(2))
+    ),
 }
 for name, call in calls.items():
     try:

@@ -24,7 +24,10 @@ def replicate(module, n):
     # parameters,
     # which is what DataParallel's Broadcast does in its backward.
     params = dict(module.named_parameters())
-    return [(copy.deepcopy(module), {k: p.clone() for k, p in params.items()}) for _ in range(n)]
+    return [
+        (copy.deepcopy(module), {k: p.clone() for k, p in params.items()})
+        for _ in range(n)
+    ]
 
 
 def scatter(batch, n):
@@ -86,7 +89,9 @@ for batch, n in [(30, 2), (30, 3), (10, 3)]:
 
     dp = grads_after(dp_step)
     diff = max((a - b).abs().max().item() for a, b in zip(full, dp))
-    print(f"batch {batch} on {n} replicas {sizes}: max abs grad diff vs full batch = {diff:.1e}")
+    print(
+        f"batch {batch} on {n} replicas {sizes}: max abs grad diff vs full batch = {diff:.1e}"
+    )
     assert diff < 1e-6, f"from-scratch DP disagrees with the full batch: {diff}"
 print("gradients match the full-batch gradients")
 # --8<-- [end:check]
@@ -103,6 +108,8 @@ with torch.no_grad():
     weights = torch.tensor([len(a) for a, _ in parts]) / len(x)
     print(f"losses of the replicas (sizes {[len(a) for a, _ in parts]}):",
           [round(v, 4) for v in per_replica.tolist()])
-    print(f"their mean {per_replica.mean():.4f}, weighted by size {(per_replica * weights).sum():.4f}, "
-          f"full batch {loss_fn(model(x), y):.4f}")
+    print(
+        f"their mean {per_replica.mean():.4f}, weighted by size {(per_replica * weights).sum():.4f}, "
+        f"full batch {loss_fn(model(x), y):.4f}"
+    )
 # --8<-- [end:loss-inside]

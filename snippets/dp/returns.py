@@ -49,7 +49,16 @@ def attempt(kind, fn):
         print(f"{kind:>15} -> {type(e).__name__}: {str(e).splitlines()[0]}")
 
 
-KINDS = ["tensor", "tuple", "nested dict", "0-dim loss", "None", "int", "str", "dict with a str"]
+KINDS = [
+    "tensor",
+    "tuple",
+    "nested dict",
+    "0-dim loss",
+    "None",
+    "int",
+    "str",
+    "dict with a str",
+]
 x = torch.randn(30, 5)
 
 # --8<-- [start:real-dp]

@@ -43,7 +43,9 @@ class Recorder(nn.Module):
 def check():
     gpus = torch.cuda.device_count()
     if not gpus:
-        sys.exit("--check runs the real DataParallel, which needs a GPU; this machine has none")
+        sys.exit(
+            "--check runs the real DataParallel, which needs a GPU; this machine has none"
+        )
     for n in (2, 3, 8):
         # fewer GPUs than replicas: replicas share GPUs
         ids = [i % gpus for i in range(n)]
@@ -54,8 +56,10 @@ def check():
             got = sorted((size for _, size in seen), reverse=True)
             assert got == split_sizes(batch, n), (n, batch, got)
             assert out.shape[0] == batch
-            print(f"  DataParallel, {n} replicas on {len(set(ids))} GPU(s), batch {batch}: "
-                  f"{got} (matches the rule)")
+            print(
+                f"  DataParallel, {n} replicas on {len(set(ids))} GPU(s), batch {batch}: "
+                f"{got} (matches the rule)"
+            )
     if gpus < 8:
         print("replicas that share a GPU: the split, the replicas and the threads are "
               "DataParallel's own; the speed is not")

@@ -54,6 +54,8 @@ print("fix 2:", plain.load_state_dict(saved))
 
 # --8<-- [start:check]
 x = torch.randn(4, 5, device=device)
-assert torch.allclose(plain(x), dp(x), atol=1e-6), "the plain model should compute what dp computes"
+assert torch.allclose(
+    plain(x), dp(x), atol=1e-6
+), "the plain model should compute what dp computes"
 print("the plain model now computes what the DataParallel model computes")
 # --8<-- [end:check]

@@ -15,7 +15,11 @@ device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 class Block(nn.Module):
     def __init__(self, width: int):
         super().__init__()
-        self.up, self.act, self.down = nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        self.up, self.act, self.down = (
+            nn.Linear(width, 4 * width),
+            nn.GELU(),
+            nn.Linear(4 * width, width),
+        )
         self.calls = 0  # how many times forward ran
 
     def forward(self, h):
@@ -72,7 +76,10 @@ for name, model in (("without checkpointing", plain), ("with checkpointing   ", 
 # --8<-- [end:count]
 
 # --8<-- [start:check]
-diff = max((a.grad - b.grad).abs().max().item() for a, b in zip(plain.parameters(), ckpt.parameters()))
+diff = max(
+    (a.grad - b.grad).abs().max().item()
+    for a, b in zip(plain.parameters(), ckpt.parameters())
+)
 print(f"max abs diff of the gradients: {diff:.1e}")
 assert diff < 1e-6, diff
 # --8<-- [end:check]

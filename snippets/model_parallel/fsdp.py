@@ -17,8 +17,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     set_model_state_dict)
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
@@ -28,8 +31,11 @@ if "LOCAL_RANK" not in os.environ:
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 # the batch of 16 is shared out equally, so that the mean over ranks is exact
 if 16 % world:
-    sys.exit(f"run with 1, 2, 4, 8 or 16 processes (they share a batch of 16), not {world}"
-             if rank == 0 else 2)
+    sys.exit(
+        f"run with 1, 2, 4, 8 or 16 processes (they share a batch of 16), not {world}"
+        if rank == 0
+        else 2
+    )
 local_rank = int(os.environ["LOCAL_RANK"])
 local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
 gpus = torch.cuda.device_count()
@@ -51,10 +57,11 @@ def show(*args):
 
 
 def max_diff(a, b):
-    d = torch.tensor(max((x - y).abs().max().item() for x, y in zip(a, b)), device=device)
+    d = torch.tensor(
+        max((x - y).abs().max().item() for x, y in zip(a, b)), device=device
+    )
     dist.all_reduce(d, op=dist.ReduceOp.MAX)
     return d.item()
-
 
 
 # --8<-- [start:shard]
@@ -103,13 +110,18 @@ assert diff < 1e-5, diff
 # --8<-- [end:train]
 
 # --8<-- [start:full-state-dict]
-full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+full = get_model_state_dict(
+    model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+)
 sizes = [None] * world
 dist.all_gather_object(sizes, len(full))
 show(f"full state dict: {sizes} tensors per rank (rank 0 gets all of them, on the CPU)")
 # plain tensors: torch.save(full, ...) writes a file that loads without FSDP
 if rank == 0:
-    show("rank 0's full state dict holds:", {f"{type(t).__name__} on {t.device}" for t in full.values()})
+    show(
+        "rank 0's full state dict holds:",
+        {f"{type(t).__name__} on {t.device}" for t in full.values()},
+    )
 # --8<-- [end:full-state-dict]
 
 # --8<-- [start:dcp]
@@ -127,7 +139,10 @@ fully_shard(fresh)
 state = {"model": get_model_state_dict(fresh)}
 dcp.load(state, checkpoint_id=path[0])  # each rank reads only its own shards
 set_model_state_dict(fresh, state["model"])
-diff = max_diff([p.to_local() for p in fresh.parameters()], [p.to_local() for p in model.parameters()])
+diff = max_diff(
+    [p.to_local() for p in fresh.parameters()],
+    [p.to_local() for p in model.parameters()],
+)
 show(f"loaded back, max abs diff: {diff:.1e}")
 assert diff == 0, diff
 dist.barrier()
@@ -144,7 +159,9 @@ for layer in half:
 fully_shard(half, mp_policy=policy)
 x = torch.randn(16, 32, device=device)
 out = half(x)
-show(f"bf16 compute: output {out.dtype}, sharded parameters stay {half[0].weight.dtype}")
+show(
+    f"bf16 compute: output {out.dtype}, sharded parameters stay {half[0].weight.dtype}"
+)
 diff = max_diff([out.float()], [make_model()(x)])
 show(f"max abs diff from fp32: {diff:.1e} (bf16 keeps about 3 significant digits)")
 assert diff < 5e-2, diff
@@ -156,7 +173,9 @@ try:
     # shards live in (pinned) host memory
     fully_shard(off, offload_policy=CPUOffloadPolicy())
     off(torch.randn(16, 32, device=device)).sum().backward()
-    show(f"CPU offload: parameters on {off[0].weight.device}, gradients on {off[0].weight.grad.device}")
+    show(
+        f"CPU offload: parameters on {off[0].weight.device}, gradients on {off[0].weight.grad.device}"
+    )
 except RuntimeError as e:
     show(f"CPU offload: RuntimeError: {e}")
     show("CPU offload needs an accelerator to compute on: not run here")

@@ -31,10 +31,16 @@ parser.add_argument("--params", type=float, default=7e9, help="number of paramet
 parser.add_argument("--gpus", type=int, default=8, help="GPUs sharing the model")
 args = parser.parse_args()
 
-print(f"{args.params / 1e9:g}B parameters on {args.gpus} GPUs, bytes per parameter per GPU:")
-print(f"{'strategy':<16} {'weights':>8} {'grads':>8} {'Adam':>8} {'total':>8} {'GB per GPU':>11}")
+print(
+    f"{args.params / 1e9:g}B parameters on {args.gpus} GPUs, bytes per parameter per GPU:"
+)
+print(
+    f"{'strategy':<16} {'weights':>8} {'grads':>8} {'Adam':>8} {'total':>8} {'GB per GPU':>11}"
+)
 for name in ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP", "TP (all layers)"):
     w, g, o = per_gpu(name, args.gpus)
     total = w + g + o
-    print(f"{name:<16} {w:>8.2f} {g:>8.2f} {o:>8.2f} {total:>8.2f} {total * args.params / 1e9:>11.1f}")
+    print(
+        f"{name:<16} {w:>8.2f} {g:>8.2f} {o:>8.2f} {total:>8.2f} {total * args.params / 1e9:>11.1f}"
+    )
 # --8<-- [end:table]

@@ -58,7 +58,10 @@ loss_fn = nn.MSELoss()  # mean over the micro-batch
 
 
 def max_grad_diff(a, b, scale=1.0):
-    d = max((p.grad - scale * q.grad).abs().max() for p, q in zip(a.parameters(), b.parameters()))
+    d = max(
+        (p.grad - scale * q.grad).abs().max()
+        for p, q in zip(a.parameters(), b.parameters())
+    )
     dist.all_reduce(d, op=dist.ReduceOp.MAX)  # the worst over all stages
     return d.item()
 
@@ -73,7 +76,9 @@ mine = full[bounds[rank]:bounds[rank + 1]]
 for Schedule in (ScheduleGPipe, Schedule1F1B):
     for scale_grads in (True, False):
         part.zero_grad()
-        schedule = Schedule(stage, n_microbatches=4, loss_fn=loss_fn, scale_grads=scale_grads)
+        schedule = Schedule(
+            stage, n_microbatches=4, loss_fn=loss_fn, scale_grads=scale_grads
+        )
         losses = []
         if rank == 0:
             # the first stage gets the input, split into 4 micro-batches
@@ -83,7 +88,11 @@ for Schedule in (ScheduleGPipe, Schedule1F1B):
             schedule.step(target=y, losses=losses)
         diff = max_grad_diff(part, mine, scale=1.0 if scale_grads else 4.0)
         if rank == 0:
-            want = "the full-batch gradient" if scale_grads else "4 times the full-batch gradient"
+            want = (
+                "the full-batch gradient"
+                if scale_grads
+                else "4 times the full-batch gradient"
+            )
             print(f"{Schedule.__name__:13} scale_grads={scale_grads!s:5}: "
                   f"grads == {want:31} max abs diff {diff:.1e}")
         assert diff < 1e-5, diff
@@ -93,7 +102,9 @@ for Schedule in (ScheduleGPipe, Schedule1F1B):
 if rank == 0:
     p = world
     for m in (1, 2, 4, 8, 32):
-        print(f"p={p} stages, m={m:2d} micro-batches: bubble (p-1)/(m+p-1) = {(p - 1) / (m + p - 1):.0%}")
+        print(
+            f"p={p} stages, m={m:2d} micro-batches: bubble (p-1)/(m+p-1) = {(p - 1) / (m + p - 1):.0%}"
+        )
 # --8<-- [end:bubble]
 
 del schedule, stage, part

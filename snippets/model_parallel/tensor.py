@@ -16,7 +16,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.debug import CommDebugMode
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    parallelize_module,
+)
 
 argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
@@ -55,7 +59,11 @@ show(f"mesh: {mesh}")
 class MLP(nn.Module):
     def __init__(self, dim=64, hidden=256):
         super().__init__()
-        self.up, self.act, self.down = nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, dim)
+        self.up, self.act, self.down = (
+            nn.Linear(dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, dim),
+        )
 
     def forward(self, x):
         return self.down(self.act(self.up(x)))
@@ -70,7 +78,9 @@ tp = parallelize_module(copy.deepcopy(ref), mesh, {
     "down": RowwiseParallel(),
 })
 for name, p in tp.named_parameters():
-    show(f"{name:12} {str(p.placements):18} global {tuple(p.shape)!s:10} local {tuple(p.to_local().shape)}")
+    show(
+        f"{name:12} {str(p.placements):18} global {tuple(p.shape)!s:10} local {tuple(p.to_local().shape)}"
+    )
 # --8<-- [end:shard]
 
 # --8<-- [start:run]
@@ -81,8 +91,14 @@ with CommDebugMode() as fwd:
     out = tp(x)
 with CommDebugMode() as bwd:
     out.square().sum().backward()
-show("forward collectives: ", {str(op).split(".")[-1]: n for op, n in fwd.get_comm_counts().items()})
-show("backward collectives:", {str(op).split(".")[-1]: n for op, n in bwd.get_comm_counts().items()})
+show(
+    "forward collectives: ",
+    {str(op).split(".")[-1]: n for op, n in fwd.get_comm_counts().items()},
+)
+show(
+    "backward collectives:",
+    {str(op).split(".")[-1]: n for op, n in bwd.get_comm_counts().items()},
+)
 # --8<-- [end:run]
 
 # --8<-- [start:check]

@@ -16,7 +16,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    parallelize_module,
+)
 
 argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
@@ -24,8 +28,11 @@ if "LOCAL_RANK" not in os.environ:
              "--standalone --nproc-per-node=2 snippets/model_parallel/twod.py")
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if world != 4:  # a 2 x 2 mesh
-    sys.exit(f"this program builds a 2 x 2 mesh: run it with --nproc-per-node=4, not {world}"
-             if rank == 0 else 2)
+    sys.exit(
+        f"this program builds a 2 x 2 mesh: run it with --nproc-per-node=4, not {world}"
+        if rank == 0
+        else 2
+    )
 local_rank = int(os.environ["LOCAL_RANK"])
 local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
 gpus = torch.cuda.device_count()
@@ -54,7 +61,11 @@ if rank == 0:
 class Block(nn.Module):
     def __init__(self, dim=32, hidden=128):
         super().__init__()
-        self.up, self.act, self.down = nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, dim)
+        self.up, self.act, self.down = (
+            nn.Linear(dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, dim),
+        )
 
     def forward(self, x):
         # residual: x is needed whole on every tp rank
@@ -65,12 +76,16 @@ torch.manual_seed(0)
 ref = nn.Sequential(Block(), Block()).to(device)
 model = copy.deepcopy(ref)
 for block in model:
-    parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    parallelize_module(
+        block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()}
+    )
     fully_shard(block, mesh=mesh["dp"])  # then shard each TP shard again across dp
 fully_shard(model, mesh=mesh["dp"])
 w = model[0].up.weight
 if rank == 0:
-    print(f"up.weight: placements {w.placements}, global {tuple(w.shape)}, local {tuple(w.to_local().shape)}")
+    print(
+        f"up.weight: placements {w.placements}, global {tuple(w.shape)}, local {tuple(w.to_local().shape)}"
+    )
 # --8<-- [end:model]
 
 # --8<-- [start:train]
@@ -102,7 +117,9 @@ for (name, p), q in zip(model.named_parameters(), ref.parameters()):
     diff = torch.maximum(diff, (p.to_local() - piece).abs().max())
 dist.all_reduce(diff, op=dist.ReduceOp.MAX)
 if rank == 0:
-    print(f"after 3 SGD steps, max abs diff of every rank's shards from one process: {diff.item():.1e}")
+    print(
+        f"after 3 SGD steps, max abs diff of every rank's shards from one process: {diff.item():.1e}"
+    )
 assert diff.item() < 1e-5, diff.item()
 # --8<-- [end:check]
 

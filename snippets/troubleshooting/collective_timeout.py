@@ -17,7 +17,9 @@ if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: torchrun --standalone --nproc-per-node=2 "
              "snippets/troubleshooting/collective_timeout.py")
 if os.environ["WORLD_SIZE"] == "1":
-    sys.exit("one process cannot disagree with itself: run with --nproc-per-node=2 or more")
+    sys.exit(
+        "one process cannot disagree with itself: run with --nproc-per-node=2 or more"
+    )
 # --8<-- [start:init]
 # gloo and CPU tensors on any machine: with NCCL, a barrier is itself a one-element all-
 # reduce
@@ -47,7 +49,9 @@ def attempt(label, group=None):
     except RuntimeError as e:
         first = str(e).split(", TensorShape")[0]  # shortened: the full message is long
         if rank == 0:
-            print(f"{label}: RuntimeError after {time.monotonic() - start:.1f} s:\n  {first}")
+            print(
+                f"{label}: RuntimeError after {time.monotonic() - start:.1f} s:\n  {first}"
+            )
 
 
 attempt("plain")

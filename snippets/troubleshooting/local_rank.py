@@ -15,7 +15,9 @@ import torch.distributed.run as run  # noqa: E402
 # the worker command line each launcher builds (torch.distributed.run.config_from_args)
 for name, parse in [("python -m torch.distributed.launch", launch.parse_args),
                     ("torchrun", run.parse_args)]:
-    _, _, argv = run.config_from_args(parse(["--nproc-per-node=2", "train.py", "--lr=0.1"]))
+    _, _, argv = run.config_from_args(
+        parse(["--nproc-per-node=2", "train.py", "--lr=0.1"])
+    )
     print(f"{name:34} -> python {' '.join(argv)}")
 # --8<-- [end:argv]
 

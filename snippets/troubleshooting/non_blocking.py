@@ -8,7 +8,9 @@ import torch
 argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 if not torch.cuda.is_available():
-    sys.exit("this example needs a GPU: there is no device-to-host copy on a CPU-only machine")
+    sys.exit(
+        "this example needs a GPU: there is no device-to-host copy on a CPU-only machine"
+    )
 
 x = torch.arange(1_000_000, dtype=torch.float32, device="cuda")
 expected = x.sum().item()
