@@ -13,18 +13,19 @@ PAGES = [p.relative_to(pages.DOCS).as_posix() for p in pages.pages()]
 
 
 def _fences(text: str):
-    """(info string, lines) of every fenced block of a page."""
-    fence, info, body = None, "", []
+    """(info string, lines) of every fenced block of a page, without the fence's own indent
+    (a block inside a content tab is indented on the page, not on the screen)."""
+    fence, info, body, indent = None, "", [], 0
     for line in text.split("\n"):
         stripped = line.strip()
         if fence is None and stripped.startswith("```"):
             fence = stripped[: len(stripped) - len(stripped.lstrip("`"))]
-            info, body = stripped[len(fence):], []
+            info, body, indent = stripped[len(fence):], [], len(line) - len(line.lstrip())
         elif fence is not None and stripped == fence:
             yield info, body
             fence = None
         elif fence is not None:
-            body.append(line)
+            body.append(line[indent:] if line[:indent].strip() == "" else line)
 
 
 @pytest.mark.parametrize("page", PAGES)

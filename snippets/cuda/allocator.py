@@ -1,11 +1,12 @@
-"""The caching allocator: allocated vs reserved, peaks, empty_cache, and an out-of-memory error."""
+"""The caching allocator: allocated vs reserved, peaks, empty_cache, and an out-of-
+memory error."""
 
 import argparse
 import sys
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")

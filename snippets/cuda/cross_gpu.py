@@ -1,15 +1,17 @@
-"""Two GPUs: operations refuse to mix them; copies are fine; peer access makes copies direct."""
+"""Two GPUs: operations refuse to mix them; copies are fine; peer access makes copies
+direct."""
 
 import argparse
 import sys
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 if torch.cuda.device_count() < 2:
     sys.exit(
-        f"This example needs two CUDA GPUs; this machine has {torch.cuda.device_count()}."
+        "This example needs two CUDA GPUs; this machine has "
+        f"{torch.cuda.device_count()}."
     )
 
 # --8<-- [start:mix]

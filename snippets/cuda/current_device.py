@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")
@@ -20,7 +20,8 @@ with torch.cuda.device(last):  # the current device, for this block only
     c = torch.ones(1, device="cuda:0")  # an explicit index always wins
     d = a + a  # results land where their inputs are
     print(
-        f"inside: current={torch.cuda.current_device()} b={b.device} c={c.device} d={d.device}"
+        f"inside: current={torch.cuda.current_device()} b={b.device} c={c.device} "
+        f"d={d.device}"
     )
 
 print(f"after: current={torch.cuda.current_device()}")

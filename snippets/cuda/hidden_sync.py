@@ -1,4 +1,5 @@
-"""Operations that make the host wait for the GPU, measured inside a small training loop."""
+"""Operations that make the host wait for the GPU, measured inside a small training
+loop."""
 
 import argparse
 import contextlib
@@ -11,7 +12,7 @@ import warnings
 import torch
 from torch import nn
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")

@@ -1,4 +1,5 @@
-"""What CUDA calls do where there is no GPU (and, on a GPU machine, that they simply work)."""
+"""What CUDA calls do where there is no GPU (and, on a GPU machine, that they simply
+work)."""
 
 import argparse
 import warnings
@@ -6,7 +7,7 @@ import warnings
 import torch
 from torch.utils.data import DataLoader
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 # --8<-- [start:calls]
 calls = {

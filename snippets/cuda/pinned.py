@@ -1,4 +1,5 @@
-"""Pageable vs pinned host memory: copy bandwidth, and a non-blocking copy read too early."""
+"""Pageable vs pinned host memory: copy bandwidth, and a non-blocking copy read too
+early."""
 
 import argparse
 import sys
@@ -6,7 +7,7 @@ import sys
 import torch
 from torch.utils.data import DataLoader
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")
@@ -30,7 +31,7 @@ def gb_per_s(copy, reps=10):
 
 
 def pcie_link():
-    """The GPU's PCIe link now (from sysfs): its rate per direction in GB/s, and a name."""
+    """The GPU's PCIe link now (sysfs): its rate per direction in GB/s, and a name."""
     p = torch.cuda.get_device_properties(0)
     try:
         dev = (f"/sys/bus/pci/devices/"

@@ -1,4 +1,5 @@
-"""A host-to-device copy on a side stream overlaps with compute on the default stream."""
+"""A host-to-device copy on a side stream overlaps with compute on the default stream.
+"""
 
 import argparse
 import sys
@@ -6,7 +7,7 @@ import time
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")

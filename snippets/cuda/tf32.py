@@ -1,11 +1,12 @@
-"""TF32 and bfloat16 autocast against full float32: speed and error of a 10240 x 10240 matmul."""
+"""TF32 and bfloat16 autocast against full float32: speed and error of a 10240 x 10240
+matmul."""
 
 import argparse
 import sys
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")

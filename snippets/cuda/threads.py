@@ -1,4 +1,5 @@
-"""Inference in threads, one per GPU (at least two, to show that device and stream are per thread)."""
+"""Inference in threads, one per GPU (at least two, to show that device and stream are
+per thread)."""
 
 import argparse
 import copy
@@ -8,7 +9,7 @@ import threading
 import torch
 from torch import nn
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("This example needs a CUDA GPU (torch.cuda.is_available() is False).")

@@ -1,4 +1,5 @@
-"""Checkpoints with DDP: save on rank 0, atomically; wait; load everywhere with map_location."""
+"""Checkpoints with DDP: save on rank 0, atomically; wait; load everywhere with
+map_location."""
 
 import argparse
 import gc
@@ -14,7 +15,7 @@ from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: "
              "torchrun --standalone --nproc-per-node=2 snippets/ddp/checkpoint.py")
@@ -48,7 +49,7 @@ opt.step()
 
 # --8<-- [start:atomic]
 def save_atomic(obj, path: str) -> None:
-    """Write to a temporary file, then rename: `path` is always the old file or the new one."""
+    """Write to a temporary file, then rename: `path` is the old file or the new one."""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         torch.save(obj, f)

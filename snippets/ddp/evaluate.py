@@ -1,4 +1,5 @@
-"""Metrics over all ranks: all-reduce sums and counts; uneven data: padding, drop_last and Join."""
+"""Metrics over all ranks: all-reduce sums and counts; uneven data: padding, drop_last
+and Join."""
 
 import argparse
 import gc
@@ -13,7 +14,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: "
              "torchrun --standalone --nproc-per-node=2 snippets/ddp/evaluate.py")
@@ -47,7 +48,8 @@ def report(name: str, shard: list[int]) -> None:
     dist.all_reduce(sums)
     if rank == 0:
         print(
-            f"{name:30} counted {int(sums[1])} samples: mean of means {mean.item() / world_size:.4f}, "
+            f"{name:30} counted {int(sums[1])} samples: mean of means "
+            f"{mean.item() / world_size:.4f}, "
             f"sum/count {(sums[0] / sums[1]).item():.4f}"
         )
 
@@ -83,7 +85,8 @@ steps = [None] * world_size
 dist.all_gather_object(steps, batches)
 if rank == 0:
     print(
-        f"Join: batches per rank {steps}, replicas identical: {all(torch.equal(c, weights) for c in copies)}"
+        f"Join: batches per rank {steps}, replicas identical: "
+        f"{all(torch.equal(c, weights) for c in copies)}"
     )
 # --8<-- [end:join]
 

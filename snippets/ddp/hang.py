@@ -37,7 +37,7 @@ def worker(rank: int, world_size: int, port: int, errors, done) -> None:
 
 # --8<-- [start:main]
 if __name__ == "__main__":
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -11,7 +11,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
                     help="auto: the device rule below; gloo: also for CUDA tensors")
 args = parser.parse_args()

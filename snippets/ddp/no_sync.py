@@ -13,7 +13,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: "
              "torchrun --standalone --nproc-per-node=2 snippets/ddp/no_sync.py")
@@ -92,7 +92,8 @@ for skip_sync in (False, True):
             [d > 0 for d in diffs],
         )
         print(
-            f"  {calls['all-reduces']} all-reduce(s), {calls['bytes']} bytes of gradients all-reduced"
+            f"  {calls['all-reduces']} all-reduce(s), {calls['bytes']} bytes of "
+            "gradients all-reduced"
         )
     assert (
         diffs[-1] == 0.0

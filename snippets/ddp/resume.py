@@ -1,6 +1,8 @@
-"""Survive a crash: checkpoint atomically every few steps, and let torchrun restart the workers.
+"""Survive a crash: checkpoint atomically every few steps, and let torchrun restart the
+workers.
 
-    torchrun --standalone --nproc-per-node=2 --max-restarts=1 snippets/ddp/resume.py --kill-at-step 5
+    torchrun --standalone --nproc-per-node=2 --max-restarts=1 \
+        snippets/ddp/resume.py --kill-at-step 5
 """
 
 import argparse
@@ -19,8 +21,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=8)
-parser.add_argument("--kill-at-step", type=int, default=-1, help="rank 1 kills itself there, first attempt only")
-parser.add_argument("--out", help="save the final weights here (the tests compare two runs)")
+parser.add_argument("--kill-at-step", type=int, default=-1,
+                    help="rank 1 kills itself there, first attempt only")
+parser.add_argument("--out",
+                    help="save the final weights here (the tests compare two runs)")
 args = parser.parse_args()
 
 if "LOCAL_RANK" not in os.environ:
@@ -41,7 +45,8 @@ if dist.get_rank() == 0:  # which case of the device rule ran
     print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 rank = dist.get_rank()
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])  # 0, then 1 after one restart
-ckpt_dir = os.path.join(tempfile.gettempdir(), "ddp-resume-" + os.environ["TORCHELASTIC_RUN_ID"])
+run_id = os.environ["TORCHELASTIC_RUN_ID"]  # the same in every attempt
+ckpt_dir = os.path.join(tempfile.gettempdir(), "ddp-resume-" + run_id)
 path = os.path.join(ckpt_dir, "last.pt")
 
 
@@ -77,14 +82,17 @@ for step in range(start, args.steps):
         os.kill(os.getpid(), signal.SIGKILL)
     # the data of a step is fixed by its number
     g = torch.Generator().manual_seed(1000 * step + rank)
-    x, y = torch.randn(4, 8, generator=g).to(device), torch.randn(4, 1, generator=g).to(device)
+    x = torch.randn(4, 8, generator=g).to(device)
+    y = torch.randn(4, 1, generator=g).to(device)
     opt.zero_grad(set_to_none=True)
     nn.functional.mse_loss(ddp(x), y).backward()
     opt.step()
     if (step + 1) % 2 == 0:  # every 2 steps
         if rank == 0:
             os.makedirs(ckpt_dir, exist_ok=True)
-            save_atomic({"model": model.state_dict(), "optim": opt.state_dict(), "step": step + 1}, path)
+            state = {"model": model.state_dict(), "optim": opt.state_dict(),
+                     "step": step + 1}
+            save_atomic(state, path)
         dist.barrier()
 # --8<-- [end:train]
 

@@ -1,4 +1,5 @@
-"""DistributedSampler shuffles with a seed plus the epoch: forget set_epoch and every epoch repeats."""
+"""DistributedSampler shuffles with a seed plus the epoch: forget set_epoch and every
+epoch repeats."""
 
 import argparse
 import os
@@ -7,7 +8,7 @@ from datetime import timedelta
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 # no tensors: gloo everywhere
 dist.init_process_group("gloo", timeout=timedelta(seconds=60))

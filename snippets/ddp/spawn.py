@@ -1,4 +1,5 @@
-"""Start the processes from the script itself with torch.multiprocessing.spawn, no launcher."""
+"""Start the processes from the script itself with torch.multiprocessing.spawn, no
+launcher."""
 
 import argparse
 import socket

@@ -1,4 +1,5 @@
-"""SyncBatchNorm: batch statistics over every process's batch, not just the local one (GPU only)."""
+"""SyncBatchNorm: batch statistics over every process's batch, not just the local one
+(GPU only)."""
 
 import argparse
 import copy
@@ -12,7 +13,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: "
              "torchrun --standalone --nproc-per-node=2 snippets/ddp/syncbn.py")
@@ -60,7 +61,8 @@ ref(data.reshape(-1, 4).to(device))  # one process, the whole batch, plain Batch
 err = (model[1].running_mean - ref[1].running_mean).abs().max().item()
 if rank == 0:
     print(
-        f"running_mean: SyncBatchNorm on {world_size} ranks vs BatchNorm1d on the whole batch: "
+        f"running_mean: SyncBatchNorm on {world_size} ranks vs BatchNorm1d on the "
+        "whole batch: "
         f"max |difference| {err:.1e}"
     )
 assert err < 1e-5

@@ -1,4 +1,5 @@
-"""A complete DDP training script, and the proof that it trains exactly like one process."""
+"""A complete DDP training script, and the proof that it trains exactly like one
+process."""
 
 import argparse
 import gc
@@ -13,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 # --8<-- [start:setup]
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: "
              "torchrun --standalone --nproc-per-node=2 snippets/ddp/train.py")

@@ -1,4 +1,5 @@
-"""A parameter that gets no gradient: the error without find_unused_parameters, its cost with it."""
+"""A parameter that gets no gradient: the error without find_unused_parameters, its cost
+with it."""
 
 import argparse
 import gc
@@ -12,7 +13,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: "
              "torchrun --standalone --nproc-per-node=2 snippets/ddp/unused.py")

@@ -1,10 +1,11 @@
-"""Which devices exist here, and a device-picking helper that works with or without a GPU."""
+"""Which devices exist here, and a device-picking helper that works with or without a
+GPU."""
 
 import argparse
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 # --8<-- [start:names]
 cpu = torch.device("cpu")

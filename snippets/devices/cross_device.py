@@ -1,10 +1,11 @@
-"""An operation needs all its tensors on one device (a 0-dim CPU tensor is the exception)."""
+"""An operation needs all its tensors on one device (a 0-dim CPU tensor is the
+exception)."""
 
 import argparse
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 

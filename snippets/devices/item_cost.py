@@ -1,4 +1,5 @@
-"""What it costs to read the loss back to the host at every step, against once at the end."""
+"""What it costs to read the loss back to the host at every step, against once at the
+end."""
 
 import argparse
 import time
@@ -6,7 +7,7 @@ import time
 import torch
 from torch import nn
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 torch.manual_seed(0)

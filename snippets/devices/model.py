@@ -1,11 +1,12 @@
-"""Module.to() moves parameters and buffers in place; the model's output lands with its inputs."""
+"""Module.to() moves parameters and buffers in place; the model's output lands with its
+inputs."""
 
 import argparse
 
 import torch
 from torch import nn
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 

@@ -4,7 +4,7 @@ import argparse
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 

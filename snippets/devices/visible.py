@@ -1,11 +1,12 @@
-"""What this process can see. CUDA_VISIBLE_DEVICES hides GPUs and renumbers the rest from 0."""
+"""What this process can see. CUDA_VISIBLE_DEVICES hides GPUs and renumbers the rest
+from 0."""
 
 import argparse
 import os
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 # --8<-- [start:visible]
 for var in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):

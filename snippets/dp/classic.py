@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--replicas", type=int, default=max(2, torch.cuda.device_count()),
                     help="DataParallel replicas (default: one per GPU, at least 2)")
 args = parser.parse_args()

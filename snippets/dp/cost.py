@@ -1,4 +1,5 @@
-"""Why DataParallel is slow and unbalanced: what it copies every step, and where it piles up."""
+"""Why DataParallel is slow and unbalanced: what it copies every step, and where it
+piles up."""
 
 import argparse
 import time
@@ -6,7 +7,7 @@ import time
 import torch
 from torch import nn
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 BATCH, FEATURES, HIDDEN, CLASSES = 512, 512, 2048, 8192
 MiB = 2**20
@@ -25,11 +26,13 @@ params = sum(p.numel() for p in make_model("meta").parameters())
 param_mib = params * 4 / MiB  # float32
 out_mib = BATCH * CLASSES * 4 / MiB  # the logits of one batch
 print(
-    f"model: {params:,} parameters = {param_mib:.0f} MiB; logits of a batch of {BATCH}: {out_mib:.0f} MiB"
+    f"model: {params:,} parameters = {param_mib:.0f} MiB; logits of a batch of "
+    f"{BATCH}: {out_mib:.0f} MiB"
 )
 print("per training step, computed from these sizes (MiB):")
 print(
-    "  GPUs | params copied out of GPU 0 | grads reduced into GPU 0 | logits on GPU 0 | on each other GPU"
+    "  GPUs | params copied out of GPU 0 | grads reduced into GPU 0 | logits on GPU "
+    "0 | on each other GPU"
 )
 for n in (2, 4, 8):
     # one replica for each of the other n - 1 GPUs, every step
@@ -37,7 +40,8 @@ for n in (2, 4, 8):
     # its own share, plus the whole batch gathered for the loss
     gpu0 = out_mib / n + out_mib
     print(
-        f"  {n:4d} | {copies:26.0f} | {copies:24.0f} | {gpu0:15.0f} | {out_mib / n:17.0f}"
+        f"  {n:4d} | {copies:26.0f} | {copies:24.0f} | {gpu0:15.0f} | "
+        f"{out_mib / n:17.0f}"
     )
 # --8<-- [end:traffic]
 
@@ -66,7 +70,8 @@ if n >= 2:
         torch.cuda.synchronize(i)
     dp_ms = (time.perf_counter() - t0) / 10 * 1e3
     print(
-        f"measured on {n} GPUs ({torch.cuda.get_device_name(0)}), peak memory during a DP step:"
+        f"measured on {n} GPUs ({torch.cuda.get_device_name(0)}), peak memory during "
+        "a DP step:"
     )
     for i in range(n):
         print(f"  cuda:{i}: {torch.cuda.max_memory_allocated(i) / MiB:.0f} MiB")
@@ -80,10 +85,12 @@ if n >= 2:
     torch.cuda.synchronize(1)
     one_ms = (time.perf_counter() - t0) / 10 * 1e3
     print(
-        f"  DP step on batch {BATCH}: {dp_ms:.2f} ms; one GPU alone on its share ({BATCH // n}): {one_ms:.2f} ms"
+        f"  DP step on batch {BATCH}: {dp_ms:.2f} ms; one GPU alone on its share "
+        f"({BATCH // n}): {one_ms:.2f} ms"
     )
 else:
     print(
-        f"{n} GPU(s) here: nothing to measure; the numbers above are computed, not measured"
+        f"{n} GPU(s) here: nothing to measure; the numbers above are computed, not "
+        "measured"
     )
 # --8<-- [end:measure]

@@ -1,4 +1,5 @@
-"""DataParallel and its building blocks on a machine without a GPU (or with CPU tensors)."""
+"""DataParallel and its building blocks on a machine without a GPU (or with CPU
+tensors)."""
 
 import argparse
 
@@ -6,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import gather, parallel_apply, replicate, scatter
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 print("GPUs visible:", torch.cuda.device_count())
 

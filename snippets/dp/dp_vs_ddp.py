@@ -1,7 +1,9 @@
-"""The same training loop with DataParallel and with DistributedDataParallel, side by side.
+"""The same training loop with DataParallel and with DistributedDataParallel, side by
+side.
 
 Run with: torchrun --standalone --nproc-per-node=2 snippets/dp/dp_vs_ddp.py
-Rank 0 also runs the DataParallel version and checks that both end with the same weights.
+Rank 0 also runs the DataParallel version and checks that both end with the same
+weights.
 """
 
 import argparse
@@ -16,7 +18,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: "
              "torchrun --standalone --nproc-per-node=2 snippets/dp/dp_vs_ddp.py")

@@ -1,4 +1,5 @@
-"""DataParallel from scratch, on the CPU: replicate, scatter, parallel_apply in threads, gather.
+"""DataParallel from scratch, on the CPU: replicate, scatter, parallel_apply in threads,
+gather.
 
 Its gradients are checked against one ordinary forward/backward on the full batch.
 """
@@ -12,7 +13,7 @@ from torch import nn
 from torch.func import functional_call
 
 if __name__ == "__main__":  # a module the tests import, too
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 
 # --8<-- [start:steps]
@@ -90,7 +91,8 @@ for batch, n in [(30, 2), (30, 3), (10, 3)]:
     dp = grads_after(dp_step)
     diff = max((a - b).abs().max().item() for a, b in zip(full, dp))
     print(
-        f"batch {batch} on {n} replicas {sizes}: max abs grad diff vs full batch = {diff:.1e}"
+        f"batch {batch} on {n} replicas {sizes}: max abs grad diff vs full batch = "
+        f"{diff:.1e}"
     )
     assert diff < 1e-6, f"from-scratch DP disagrees with the full batch: {diff}"
 print("gradients match the full-batch gradients")
@@ -109,7 +111,8 @@ with torch.no_grad():
     print(f"losses of the replicas (sizes {[len(a) for a, _ in parts]}):",
           [round(v, 4) for v in per_replica.tolist()])
     print(
-        f"their mean {per_replica.mean():.4f}, weighted by size {(per_replica * weights).sum():.4f}, "
+        f"their mean {per_replica.mean():.4f}, weighted by size "
+        f"{(per_replica * weights).sum():.4f}, "
         f"full batch {loss_fn(model(x), y):.4f}"
     )
 # --8<-- [end:loss-inside]

@@ -1,18 +1,19 @@
-"""Where things must live under DataParallel: the module on device_ids[0], new tensors with the input."""
+"""Where things must live under DataParallel: the module on device_ids[0], new tensors
+with the input."""
 
 import argparse
 
 import torch
 from torch import nn
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 n_gpus = torch.cuda.device_count()
 print(f"GPUs visible: {n_gpus}")
 
 
 def first_line(e):
-    """The error in one line; DataParallel re-raises a replica's error with a traceback inside."""
+    """The error in one line (DataParallel re-raises the replica's error in its own)."""
     lines = [l for l in str(e).strip().splitlines() if l.strip()]
     # "Caught X in replica i on device i. ... X: the original message"
     if len(lines) > 1:

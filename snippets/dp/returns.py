@@ -1,4 +1,5 @@
-"""What DataParallel does with what forward returns: gather() rebuilds it, leaf by leaf."""
+"""What DataParallel does with what forward returns: gather() rebuilds it, leaf by leaf.
+"""
 
 import argparse
 
@@ -6,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import gather
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 n_gpus = torch.cuda.device_count()
 

@@ -1,4 +1,5 @@
-"""How DataParallel splits a batch: Tensor.chunk along dim 0, computed, and checked on a GPU.
+"""How DataParallel splits a batch: Tensor.chunk along dim 0, computed, and checked on a
+GPU.
 
 Run with: python snippets/dp/split_table.py [--check]
 """
@@ -12,7 +13,7 @@ from torch import nn
 
 # --8<-- [start:rule]
 def split_sizes(batch, n_devices):
-    """Per-replica batch sizes under DataParallel: the sizes of Tensor.chunk(n_devices) along dim 0."""
+    """Per-replica batch sizes under DataParallel: Tensor.chunk(n) along dim 0."""
     return [len(c) for c in torch.empty(batch, 0).chunk(n_devices, dim=0)]
 
 
@@ -44,7 +45,8 @@ def check():
     gpus = torch.cuda.device_count()
     if not gpus:
         sys.exit(
-            "--check runs the real DataParallel, which needs a GPU; this machine has none"
+            "--check runs the real DataParallel, which needs a GPU; this machine has "
+            "none"
         )
     for n in (2, 3, 8):
         # fewer GPUs than replicas: replicas share GPUs
@@ -57,7 +59,8 @@ def check():
             assert got == split_sizes(batch, n), (n, batch, got)
             assert out.shape[0] == batch
             print(
-                f"  DataParallel, {n} replicas on {len(set(ids))} GPU(s), batch {batch}: "
+                f"  DataParallel, {n} replicas on {len(set(ids))} GPU(s), batch "
+                f"{batch}: "
                 f"{got} (matches the rule)"
             )
     if gpus < 8:
@@ -67,7 +70,7 @@ def check():
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
                         help="run the real DataParallel (needs a GPU) and compare")
     if parser.parse_args().check:

@@ -1,4 +1,5 @@
-"""Saving a DataParallel model: the `module.` prefix, the error it causes, and two clean fixes."""
+"""Saving a DataParallel model: the `module.` prefix, the error it causes, and two clean
+fixes."""
 
 import argparse
 import io
@@ -7,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 
 device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")

@@ -1,4 +1,5 @@
-"""Activation checkpointing: fewer saved activations, one more forward per block, same gradients."""
+"""Activation checkpointing: fewer saved activations, one more forward per block, same
+gradients."""
 
 import argparse
 import copy
@@ -7,7 +8,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 
@@ -46,7 +47,7 @@ class Net(nn.Module):
 
 # --8<-- [start:count]
 def saved_activations(model, x):
-    """Run forward, counting the tensors autograd saves for backward (parameters left out)."""
+    """Run forward; count the tensors autograd saves for backward (not parameters)."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen = {}
 

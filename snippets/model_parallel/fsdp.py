@@ -1,7 +1,9 @@
-"""Fully sharded data parallel with FSDP2 (fully_shard): sharded parameters, training equal to
+"""Fully sharded data parallel with FSDP2 (fully_shard): sharded parameters, training
+equal to
 one process, mixed precision, full and distributed checkpoints, CPU offload.
 
-Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 snippets/model_parallel/fsdp.py
+Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \
+         snippets/model_parallel/fsdp.py
 """
 
 import argparse
@@ -24,7 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun "
              "--standalone --nproc-per-node=2 snippets/model_parallel/fsdp.py")
@@ -174,7 +176,8 @@ try:
     fully_shard(off, offload_policy=CPUOffloadPolicy())
     off(torch.randn(16, 32, device=device)).sum().backward()
     show(
-        f"CPU offload: parameters on {off[0].weight.device}, gradients on {off[0].weight.grad.device}"
+        f"CPU offload: parameters on {off[0].weight.device}, gradients on "
+        f"{off[0].weight.grad.device}"
     )
 except RuntimeError as e:
     show(f"CPU offload: RuntimeError: {e}")

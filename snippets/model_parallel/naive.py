@@ -1,4 +1,5 @@
-"""Naive model parallelism: two stages of one model on two devices, activations moved by hand."""
+"""Naive model parallelism: two stages of one model on two devices, activations moved by
+hand."""
 
 import argparse
 import copy
@@ -7,7 +8,7 @@ import time
 import torch
 from torch import nn
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 # --8<-- [start:devices]
 n = torch.cuda.device_count()

@@ -1,7 +1,9 @@
-"""Pipeline parallelism with torch.distributed.pipelining: one stage per process, micro-batches,
+"""Pipeline parallelism with torch.distributed.pipelining: one stage per process, micro-
+batches,
 GPipe and 1F1B schedules, gradients compared with the unsplit model.
 
-Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 snippets/model_parallel/pipeline.py
+Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \
+         snippets/model_parallel/pipeline.py
 """
 
 import argparse
@@ -16,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun "
              "--standalone --nproc-per-node=2 snippets/model_parallel/pipeline.py")
@@ -103,7 +105,8 @@ if rank == 0:
     p = world
     for m in (1, 2, 4, 8, 32):
         print(
-            f"p={p} stages, m={m:2d} micro-batches: bubble (p-1)/(m+p-1) = {(p - 1) / (m + p - 1):.0%}"
+            f"p={p} stages, m={m:2d} micro-batches: bubble (p-1)/(m+p-1) = "
+            f"{(p - 1) / (m + p - 1):.0%}"
         )
 # --8<-- [end:bubble]
 

@@ -1,7 +1,9 @@
-"""Tensor parallelism with DTensor: an MLP split column-wise then row-wise over a 1-D DeviceMesh;
+"""Tensor parallelism with DTensor: an MLP split column-wise then row-wise over a 1-D
+DeviceMesh;
 outputs and gradients compared with the unsharded model.
 
-Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 snippets/model_parallel/tensor.py
+Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \
+         snippets/model_parallel/tensor.py
 """
 
 import argparse
@@ -22,7 +24,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun "
              "--standalone --nproc-per-node=2 snippets/model_parallel/tensor.py")
@@ -79,7 +81,8 @@ tp = parallelize_module(copy.deepcopy(ref), mesh, {
 })
 for name, p in tp.named_parameters():
     show(
-        f"{name:12} {str(p.placements):18} global {tuple(p.shape)!s:10} local {tuple(p.to_local().shape)}"
+        f"{name:12} {str(p.placements):18} global {tuple(p.shape)!s:10} local "
+        f"{tuple(p.to_local().shape)}"
     )
 # --8<-- [end:shard]
 

@@ -1,7 +1,8 @@
 """2-D parallelism: FSDP across one mesh dimension, tensor parallelism across the other.
 Needs 4 processes; training compared with one process on the whole batch.
 
-Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=4 snippets/model_parallel/twod.py
+Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=4 \
+         snippets/model_parallel/twod.py
 """
 
 import argparse
@@ -22,7 +23,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun "
              "--standalone --nproc-per-node=2 snippets/model_parallel/twod.py")
@@ -84,7 +85,8 @@ fully_shard(model, mesh=mesh["dp"])
 w = model[0].up.weight
 if rank == 0:
     print(
-        f"up.weight: placements {w.placements}, global {tuple(w.shape)}, local {tuple(w.to_local().shape)}"
+        f"up.weight: placements {w.placements}, global {tuple(w.shape)}, local "
+        f"{tuple(w.to_local().shape)}"
     )
 # --8<-- [end:model]
 
@@ -104,7 +106,7 @@ for step in range(3):
 
 # --8<-- [start:check]
 def my_piece(full, tp_dim):
-    """The block of a full tensor that this rank holds: tp shard first, then the dp shard of it."""
+    """The block of a full tensor that this rank holds: tp shard, then its dp shard."""
     if tp_dim is not None:
         full = full.chunk(2, dim=tp_dim)[tp]
     return full.chunk(2, dim=0)[dp]
@@ -118,7 +120,8 @@ for (name, p), q in zip(model.named_parameters(), ref.parameters()):
 dist.all_reduce(diff, op=dist.ReduceOp.MAX)
 if rank == 0:
     print(
-        f"after 3 SGD steps, max abs diff of every rank's shards from one process: {diff.item():.1e}"
+        "after 3 SGD steps, max abs diff of every rank's shards from one process: "
+        f"{diff.item():.1e}"
     )
 assert diff.item() < 1e-5, diff.item()
 # --8<-- [end:check]

@@ -1,6 +1,7 @@
 """A collective that only some ranks call waits until the process group's timeout.
 
-Run with: torchrun --standalone --nproc-per-node=2 snippets/troubleshooting/collective_timeout.py
+Run with: torchrun --standalone --nproc-per-node=2 \
+              snippets/troubleshooting/collective_timeout.py
 """
 
 import argparse
@@ -12,7 +13,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: torchrun --standalone --nproc-per-node=2 "
              "snippets/troubleshooting/collective_timeout.py")
@@ -50,7 +51,8 @@ def attempt(label, group=None):
         first = str(e).split(", TensorShape")[0]  # shortened: the full message is long
         if rank == 0:
             print(
-                f"{label}: RuntimeError after {time.monotonic() - start:.1f} s:\n  {first}"
+                f"{label}: RuntimeError after {time.monotonic() - start:.1f} s:\n  "
+                f"{first}"
             )
 
 

@@ -1,11 +1,12 @@
-"""Two devices in one operation. With a GPU: cuda:0 and cpu. Without one: the meta device."""
+"""Two devices in one operation. With a GPU: cuda:0 and cpu. Without one: the meta
+device."""
 
 import argparse
 
 import torch
 from torch import nn
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 # the meta device holds shapes and no data: a device other than the CPU that every build
 # has

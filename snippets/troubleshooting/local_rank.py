@@ -1,6 +1,8 @@
-"""What each launcher passes to your script, and how argparse code written for the old one fails.
+"""What each launcher passes to your script, and how argparse code written for the old
+one fails.
 
-torch's own launcher code builds the worker command line here, in one process: nothing is guessed.
+torch's own launcher code builds the worker command line here, in one process: nothing
+is guessed.
 """
 
 import argparse

@@ -1,15 +1,17 @@
-"""A non-blocking copy to the host is not finished when the call returns. Needs a GPU."""
+"""A non-blocking copy to the host is not finished when the call returns. Needs a GPU.
+"""
 
 import argparse
 import sys
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit(
-        "this example needs a GPU: there is no device-to-host copy on a CPU-only machine"
+        "this example needs a GPU: there is no device-to-host copy on a CPU-only "
+        "machine"
     )
 
 x = torch.arange(1_000_000, dtype=torch.float32, device="cuda")

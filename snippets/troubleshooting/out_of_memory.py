@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("this example needs a GPU: CUDA out of memory can only happen on one")

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 # a process group of one process (in a real job: torchrun and
 # init_process_group("gloo"))

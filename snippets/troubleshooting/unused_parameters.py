@@ -1,6 +1,7 @@
 """DDP with a parameter that gets no gradient: the second iteration raises.
 
-Run with: torchrun --standalone --nproc-per-node=2 snippets/troubleshooting/unused_parameters.py
+Run with: torchrun --standalone --nproc-per-node=2 \
+              snippets/troubleshooting/unused_parameters.py
 """
 
 import argparse
@@ -14,7 +15,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: torchrun --standalone --nproc-per-node=2 "
              "snippets/troubleshooting/unused_parameters.py")

@@ -1,4 +1,5 @@
-"""CUDA_VISIBLE_DEVICES is read once, when CUDA initialises: setting it later changes nothing."""
+"""CUDA_VISIBLE_DEVICES is read once, when CUDA initialises: setting it later changes
+nothing."""
 
 import argparse
 import os
@@ -6,7 +7,7 @@ import sys
 
 import torch
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 if not torch.cuda.is_available():
     sys.exit("this example needs a GPU: with none, there is nothing to hide")
