@@ -51,6 +51,9 @@ TEXT = {
         "verified_test": "本页的测试：`pytest --codeblocks {path}`（运行本页的每条命令并核对输出）。",
         "stale": "这段输出录制自这个程序的旧版本（{why}），下次在 {cls} 上运行测试时会重新录制。",
         "stale_line": "其中 {n} 段录制自程序的旧版本",
+        "why": {"program changed since: ": "此后改动过的程序：",
+                "recorded from another command: ": "录制时的命令是 ",
+                "recorded without program fingerprints": "录制时没有记下程序指纹"},
     },
 }
 
@@ -94,6 +97,8 @@ def render(key: str, needs_gpu: bool, lang: str, block=None) -> str:
                 stamp += " · " + t["volatile"]
             rel = rec.path.relative_to(recordings.ROOT).as_posix()
             why = _stale(rec, block)
+            for en, local in t.get("why", {}).items():
+                why = why.replace(en, local) if why else why
             warn = (f'!!! warning ""\n    {t["stale"].format(why=why, cls=t[cls])}\n\n'
                     if why else "")
             body = warn + (
