@@ -11,7 +11,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-import torch
+
+from pagerun import pages, runner
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
@@ -44,23 +45,18 @@ def _run(args: list[str], marker: str, tmp: Path, timeout: int = 90) -> tuple[su
     return proc, time.monotonic() - t0
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to look for leftover processes")
-def test_kill_and_resume_gives_the_uninterrupted_weights(tmp_path):
-    marker = uuid.uuid4().hex
-    whole, _ = _run(["snippets/ddp/resume.py", "--out", str(tmp_path / "whole.pt")], marker, tmp_path)
-    assert whole.returncode == 0, whole.stdout + whole.stderr
-    killed, _ = _run(["--max-restarts=1", "snippets/ddp/resume.py", "--kill-at-step", "5",
-                      "--out", str(tmp_path / "killed.pt")], marker, tmp_path)
-    out = killed.stdout + killed.stderr
-    assert killed.returncode == 0, out
-    assert "attempt 0: starting at step 0" in killed.stdout
-    assert "attempt 1: starting at step 4" in killed.stdout, out  # resumed from the step-4 checkpoint
-    # it really failed: torchrun names the first failure it sees, either the killed worker (-9,
-    # SIGKILL) or its peer, which loses the connection and aborts (-6, SIGABRT)
-    assert "exitcode: -9" in out or "exitcode: -6" in out, out
-    a, b = torch.load(tmp_path / "whole.pt"), torch.load(tmp_path / "killed.pt")
-    assert torch.equal(a, b), f"max |difference| {(a - b).abs().max().item()}"
-    assert not _left_behind(marker)
+def test_kill_and_resume_gives_the_uninterrupted_weights():
+    """The page's two runs of resume.py, uninterrupted and killed at step 5 then restarted,
+    end with bit-identical weights (the hash each prints). They are the page's own blocks:
+    the collector has run them already, so this costs no extra job."""
+    blocks = {b.key: b for b in pages.blocks(pages.DOCS / "en" / "ddp" / "multinode.md")}
+    whole, killed = (runner.run_cached(blocks[k]) for k in ("ddp/resume", "ddp/resume-killed"))
+    assert whole.exit == 0 and killed.exit == 0, whole.output + killed.output
+    assert "attempt 0: starting at step 0" in killed.output
+    # a restart happens only after a worker failed; it resumed from the step-4 checkpoint
+    assert "attempt 1: starting at step 4" in killed.output, killed.output
+    done = [[l for l in r.output.splitlines() if l.startswith("done after")] for r in (whole, killed)]
+    assert done[0] and done[0] == done[1], done
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to look for leftover processes")

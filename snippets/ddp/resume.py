@@ -7,6 +7,7 @@ workers.
 
 import argparse
 import gc
+import hashlib
 import os
 import shutil
 import signal
@@ -98,7 +99,8 @@ for step in range(start, args.steps):
 
 weights = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
 if rank == 0:
-    print(f"done after {args.steps} steps, sum of weights {weights.sum().item():.6f}")
+    digest = hashlib.sha256(weights.numpy().tobytes()).hexdigest()[:16]  # bit for bit
+    print(f"done after {args.steps} steps, weights sha256 {digest}")
     if args.out:
         torch.save(weights, args.out)
     shutil.rmtree(ckpt_dir, ignore_errors=True)
