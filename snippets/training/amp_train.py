@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="bf16")
+parser.add_argument("--dtype", nargs="+", choices=["fp32", "bf16", "fp16"],
+                    default=["bf16", "fp16"])
 args = parser.parse_args()
 device = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -37,8 +38,9 @@ def train(dtype_name: str) -> list[float]:
     return losses
 
 
-losses = train(args.dtype)
 ref = train("fp32")
-print(f"device {device}, {args.dtype}: loss {losses[0]:.3f} -> {losses[-1]:.3f}"
-      f" in {len(losses)} steps (fp32: {ref[0]:.3f} -> {ref[-1]:.3f})")
-assert losses[-1] < 0.2 * losses[0], "did not learn"
+print(f"device {device}, fp32: loss {ref[0]:.3f} -> {ref[-1]:.3f} in {len(ref)} steps")
+for name in args.dtype:
+    losses = train(name)
+    print(f"device {device}, {name}: loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    assert losses[-1] < 0.2 * losses[0], "did not learn"
