@@ -61,7 +61,8 @@ if device == "cuda":  # the caching allocator's count of live tensors, in whole 
     torch.cuda.synchronize()
     live = torch.cuda.memory_allocated() - nbytes([x])
     print(f"after the step: by hand {total / KiB:.0f} KiB,"
-          f" torch.cuda.memory_allocated {live / KiB:.0f} KiB")
+          f" torch.cuda.memory_allocated {live / KiB:.0f} KiB"
+          f" ({(live - total) / KiB:.0f} KiB more)")
 else:
     print(f"after the step: by hand {total / KiB:.0f} KiB (on GPU compared with"
           " torch.cuda.memory_allocated)")

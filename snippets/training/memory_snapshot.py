@@ -24,8 +24,8 @@ for _ in range(3):
     loss.backward()
     opt.step()  # the first step allocates AdamW's state
     opt.zero_grad(set_to_none=True)
-torch.cuda.memory._dump_snapshot(path)  # open it in https://docs.pytorch.org/memory_viz
+torch.cuda.memory._dump_snapshot(path)  # a pickle of segments, blocks and traces
 torch.cuda.memory._record_memory_history(enabled=None)  # stop recording
 # --8<-- [end:record]
 print(f"peak allocated {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
-print(f"snapshot: {os.path.getsize(path) / 2**10:.0f} KiB written to {path}")
+print(f"snapshot written to {path}: open it in https://docs.pytorch.org/memory_viz")
