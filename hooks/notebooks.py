@@ -22,10 +22,34 @@ try:  # mkdocs-jupyter builds a new nbconvert exporter, templates and all, for e
             if key not in made:
                 made[key] = cls(**kw)
             return made[key]
+        make._reused = True
         return make
 
-    _nbc.HTMLExporter = _reuse(_nbc.HTMLExporter)
-    _nbc.MarkdownExporter = _reuse(_nbc.MarkdownExporter)
+    for _name in ("HTMLExporter", "MarkdownExporter"):  # once, though serve reloads the hooks
+        if not getattr(getattr(_nbc, _name), "_reused", False):
+            setattr(_nbc, _name, _reuse(getattr(_nbc, _name)))
+    # `mkdocs serve` rebuilds every page after each edit: a notebook whose content did not
+    # change is not converted again (in this process; a cold build converts everything)
+    import hashlib
+
+    import mkdocs_jupyter.convert as _convert
+
+    def _memo(fn):
+        done = {}
+
+        def convert(nb_path, *args, **kwargs):
+            with open(nb_path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            key = (str(nb_path), digest, args, repr(sorted(kwargs.items())))
+            if key not in done:
+                done[key] = fn(nb_path, *args, **kwargs)
+            return done[key]
+        convert._memo = True
+        return convert
+
+    for _name in ("nb2html", "nb2md"):
+        if not getattr(getattr(_convert, _name), "_memo", False):
+            setattr(_convert, _name, _memo(getattr(_convert, _name)))
 except ImportError:  # pragma: no cover - mkdocs-jupyter is a dependency
     pass
 
