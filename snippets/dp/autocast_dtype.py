@@ -21,7 +21,7 @@ def in_a_new_thread(fn):
     return out["value"]
 
 
-# what torch.autocast("cuda", dtype=torch.bfloat16) sets on entry: state of this thread only
+# what torch.autocast("cuda", dtype=torch.bfloat16) sets on entry, for this thread only
 torch.set_autocast_dtype("cuda", torch.bfloat16)
 print("this thread: autocast dtype for cuda", torch.get_autocast_dtype("cuda"))
 print("a new thread:", in_a_new_thread(lambda: torch.get_autocast_dtype("cuda")))
@@ -31,7 +31,7 @@ torch.set_autocast_dtype("cuda", torch.float16)  # back to the default
 
 # --8<-- [start:dp]
 class AutocastInside(nn.Module):
-    """The fix: enter autocast inside forward, which runs in the replica's own thread."""
+    """The fix: enter autocast inside forward, which runs in the replica's thread."""
 
     def __init__(self, inner: nn.Module):
         super().__init__()
@@ -45,10 +45,11 @@ class AutocastInside(nn.Module):
 if torch.cuda.is_available():
     model = nn.Linear(8, 8).cuda()
     x = torch.randn(4, 8, device="cuda")
-    two = [0, 0] if torch.cuda.device_count() < 2 else [0, 1]  # replicas may share a GPU
+    two = [0, 0] if torch.cuda.device_count() < 2 else [0, 1]  # replicas may share
     with torch.autocast("cuda", dtype=torch.bfloat16):
         print("the module itself:      ", model(x).dtype)
-        print("DataParallel:           ", nn.DataParallel(model, device_ids=two)(x).dtype)
+        dp = nn.DataParallel(model, device_ids=two)
+        print("DataParallel:           ", dp(x).dtype)
     fixed = nn.DataParallel(AutocastInside(model), device_ids=two)
     print("autocast inside forward:", fixed(x).dtype)
 else:
