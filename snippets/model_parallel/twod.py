@@ -26,7 +26,7 @@ from torch.distributed.tensor.parallel import (
 argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun "
-             "--standalone --nproc-per-node=2 snippets/model_parallel/twod.py")
+             "--standalone --nproc-per-node=4 snippets/model_parallel/twod.py")
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if world != 4:  # a 2 x 2 mesh
     sys.exit(

@@ -26,8 +26,7 @@ while True:
     try:
         x = torch.empty(batch, 4096, device="cuda")
         break
-    except torch.OutOfMemoryError:
-        torch.cuda.empty_cache()  # give cached, unused blocks back before retrying
-        batch //= 2
+    except torch.OutOfMemoryError:  # raised only after the allocator freed its cache
+        batch //= 2  # and retried, so empty_cache() here would not help
 print(f"fits: {batch * row / total:.0%} of the GPU's memory in one tensor")
 # --8<-- [end:fix]
