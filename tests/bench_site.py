@@ -64,9 +64,10 @@ def lighthouse(base: str, pages: list[str], runs: int) -> int:
                  "(or set LIGHTHOUSE=/path/to/lighthouse)")
     env = dict(os.environ, CHROME_PATH=test_browser.CHROMIUM)
     rows = []
-    print(f"lighthouse ({runs} runs per page, mobile; median [min-max]):")
+    print(f"lighthouse ({runs} runs per page, mobile; median [min-max]; CPU index: Lighthouse's "
+          "benchmarkIndex, lower = busier machine, scores below ~1000 are not comparable):")
     for page in pages:
-        perf, a11y, tbt, lcp, failed = [], [], [], [], set()
+        perf, a11y, tbt, lcp, bench, failed = [], [], [], [], [], set()
         for _ in range(runs):
             with tempfile.TemporaryDirectory(prefix="lighthouse-") as tmp:
                 out = Path(tmp) / "report.json"
@@ -83,13 +84,15 @@ def lighthouse(base: str, pages: list[str], runs: int) -> int:
             a11y.append(round(cats["accessibility"]["score"] * 100))
             tbt.append(audits["total-blocking-time"]["numericValue"])
             lcp.append(audits["largest-contentful-paint"]["numericValue"] / 1000)
+            bench.append(report["environment"]["benchmarkIndex"])  # the CPU's speed now
             failed |= {ref["id"] for ref in cats["accessibility"]["auditRefs"]
                        if ref["weight"] and audits[ref["id"]]["score"] not in (None, 1)}
         row = (page, statistics.median(perf), statistics.median(a11y))
         rows.append(row)
         print(f"  /{page:28} perf {row[1]:5.0f} [{min(perf)}-{max(perf)}]  "
               f"a11y {row[2]:5.0f} [{min(a11y)}-{max(a11y)}]  "
-              f"TBT {statistics.median(tbt):5.0f} ms  LCP {statistics.median(lcp):4.1f} s"
+              f"TBT {statistics.median(tbt):5.0f} ms  LCP {statistics.median(lcp):4.1f} s  "
+              f"CPU index {min(bench):.0f}-{max(bench):.0f}"
               + (f"  a11y fails: {', '.join(sorted(failed))}" if failed else ""), flush=True)
     low_p = min(rows, key=lambda r: r[1])
     low_a = min(rows, key=lambda r: r[2])
