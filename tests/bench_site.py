@@ -8,13 +8,14 @@ page with all its assets (headers + bodies, uncompressed, as served here) at loa
 search (Material fetches the search worker and index at load), the number of requests, how many left 127.0.0.1, and the size of each search index.
 Targets: <= 600 KB per chapter page, 0 external requests, build <= 10 s.
 
---lighthouse: also runs Lighthouse 12 (mobile defaults, performance and accessibility) on every
-page of the site in both languages (or on the PAGEs given, e.g. `zh/dp/`), --runs times each, and
-prints the median of each score per page and the lowest median. Targets: performance >= 90,
-accessibility 100. Lighthouse comes from npm, the browser is Debian's /usr/bin/chromium (never a
-downloaded one):  npm install --prefix /work/tools lighthouse@12  (found through $LIGHTHOUSE, then
-`lighthouse` on PATH, then /work/tools/node_modules/.bin/lighthouse).
-Scores are noisy on a busy 2-core machine: the spread (min-max) of the runs is printed too.
+--lighthouse: also runs Lighthouse 12 (mobile defaults, performance and accessibility)
+on every page of the site in both languages (or on the PAGEs given, e.g. `zh/dp/`),
+--runs times each, and prints the median of each score per page and the lowest median.
+Targets: performance >= 90, accessibility 100. Lighthouse comes from npm, the browser
+is Debian's /usr/bin/chromium (never a downloaded one): `npm install --global
+lighthouse@12` (or --prefix /work/tools); found through $LIGHTHOUSE, then `lighthouse` on PATH, then
+/work/tools/node_modules/.bin/lighthouse. Scores are noisy on a busy 2-core machine: the
+spread (min-max) of the runs and Lighthouse's CPU index are printed too.
 """
 
 from __future__ import annotations
@@ -51,21 +52,21 @@ def _lighthouse_bin() -> str | None:
 
 
 def _chapter_pages(root: Path) -> list[str]:
-    """Every page a reader reads, both languages: the index.html pages (no 404, no notebook)."""
+    """Every page a reader reads, both languages: index.html pages, no 404, no notebook."""
     rel = (p.parent.relative_to(root).as_posix() for p in root.rglob("index.html"))
     return sorted("" if r == "." else r + "/" for r in rel if "notebooks" not in r)
 
 
 def lighthouse(base: str, pages: list[str], runs: int) -> int:
-    """Lighthouse on each page, `runs` times; prints the median scores; 1 if a target is missed."""
+    """Lighthouse on each page, `runs` times; prints the medians; 1 if a target is missed."""
     exe = _lighthouse_bin()
     if not exe:
         sys.exit("lighthouse not found: npm install --prefix /work/tools lighthouse@12 "
                  "(or set LIGHTHOUSE=/path/to/lighthouse)")
     env = dict(os.environ, CHROME_PATH=test_browser.CHROMIUM)
     rows = []
-    print(f"lighthouse ({runs} runs per page, mobile; median [min-max]; CPU index: Lighthouse's "
-          "benchmarkIndex, lower = busier machine, scores below ~1000 are not comparable):")
+    print(f"lighthouse ({runs} runs per page, mobile; median [min-max]; CPU index: "
+          "Lighthouse's benchmarkIndex, lower = busier machine):")
     for page in pages:
         perf, a11y, tbt, lcp, bench, failed = [], [], [], [], [], set()
         for _ in range(runs):
@@ -73,7 +74,8 @@ def lighthouse(base: str, pages: list[str], runs: int) -> int:
                 out = Path(tmp) / "report.json"
                 proc = subprocess.run(
                     [exe, f"{base}/{page.lstrip('/')}", "--quiet", "--output=json",
-                     f"--output-path={out}", "--only-categories=performance,accessibility",
+                     f"--output-path={out}",
+                     "--only-categories=performance,accessibility",
                      f"--chrome-flags={' '.join(LIGHTHOUSE_FLAGS)}"],
                     env=env, capture_output=True, text=True, timeout=300)
                 if proc.returncode or not out.exists():
@@ -91,9 +93,11 @@ def lighthouse(base: str, pages: list[str], runs: int) -> int:
         rows.append(row)
         print(f"  /{page:28} perf {row[1]:5.0f} [{min(perf)}-{max(perf)}]  "
               f"a11y {row[2]:5.0f} [{min(a11y)}-{max(a11y)}]  "
-              f"TBT {statistics.median(tbt):5.0f} ms  LCP {statistics.median(lcp):4.1f} s  "
+              f"TBT {statistics.median(tbt):5.0f} ms  "
+              f"LCP {statistics.median(lcp):4.1f} s  "
               f"CPU index {min(bench):.0f}-{max(bench):.0f}"
-              + (f"  a11y fails: {', '.join(sorted(failed))}" if failed else ""), flush=True)
+              + (f"  a11y fails: {', '.join(sorted(failed))}" if failed else ""),
+              flush=True)
     low_p = min(rows, key=lambda r: r[1])
     low_a = min(rows, key=lambda r: r[2])
     print(f"lowest performance: {low_p[1]:.0f} (/{low_p[0]})   (target >= 90)")
