@@ -92,10 +92,22 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 ALTERNATE = re.compile(r'\s*<link rel="alternate" href="[^"]*" hreflang="[^"]*">')
 
 
+# Material's search is a role="dialog" without a name (Lighthouse: aria-dialog-name).
+SEARCH_DIALOG = '<div class="md-search" data-md-component="search" role="dialog">'
+SEARCH_LABEL = {"en": "Search", "zh": "搜索"}
+
+
+def _name_search(html: str, lang: str) -> str:
+    label = SEARCH_LABEL.get(lang, SEARCH_LABEL[DEFAULT])
+    return html.replace(SEARCH_DIALOG, SEARCH_DIALOG[:-1] + f' aria-label="{label}">', 1)
+
+
 def on_post_page(output: str, page, config) -> str:
-    """Drop the head's alternate links; point a non-default language's search at its own index."""
+    """Drop the head's alternate links; name the search dialog; point a non-default language's
+    search at its own index."""
     output = ALTERNATE.sub("", output)
     lang = getattr(page.file, "locale", None) or DEFAULT
+    output = _name_search(output, lang)
     if lang == DEFAULT:
         return output
     return _rebase_search(output, lang)
@@ -116,7 +128,7 @@ def _rebase_search(html: str, lang: str) -> str:
 
 def on_post_template(output: str, template_name: str, config) -> str:
     if template_name == "404.html":
-        output = ALTERNATE.sub("", output)
+        output = _name_search(ALTERNATE.sub("", output), _language(config))
         _not_found[_language(config)] = output
     return output
 

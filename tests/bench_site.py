@@ -1,17 +1,32 @@
 """Benchmark, not a test: what a reader's browser transfers for a chapter page, and the build.
 
-    make bench-site        (or: python tests/bench_site.py)
+    make bench-site        (or: python tests/bench_site.py [--lighthouse [--runs 3] [PAGE ...]])
 
 Builds the site (--strict, timed), serves it on 127.0.0.1, opens a chapter page in each language in
 Chromium (as tests/test_browser.py does), runs one search, and prints: the bytes transferred for the
 page with all its assets (headers + bodies, uncompressed, as served here) at load and after one
 search (Material fetches the search worker and index at load), the number of requests, how many left 127.0.0.1, and the size of each search index.
 Targets: <= 600 KB per chapter page, 0 external requests, build <= 10 s.
+
+--lighthouse: also runs Lighthouse 12 (mobile defaults, performance and accessibility)
+on every page of the site in both languages (or on the PAGEs given, e.g. `zh/dp/`),
+--runs times each, and prints the median of each score per page and the lowest median.
+Targets: performance >= 90, accessibility 100. Lighthouse comes from npm, the browser
+is Debian's /usr/bin/chromium (never a downloaded one): `npm install --global
+lighthouse@12` (or --prefix /work/tools); found through $LIGHTHOUSE, then `lighthouse` on PATH, then
+/work/tools/node_modules/.bin/lighthouse. Scores are noisy on a busy 2-core machine: the
+spread (min-max) of the runs and Lighthouse's CPU index are printed too.
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +38,80 @@ import test_browser  # noqa: E402
 CHAPTER = test_browser.CHAPTER
 
 
+LIGHTHOUSE_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--no-first-run"]
+
+
+def _lighthouse_bin() -> str | None:
+    for cand in (os.environ.get("LIGHTHOUSE"), shutil.which("lighthouse"),
+                 "/work/tools/node_modules/.bin/lighthouse"):
+        if cand and Path(cand).exists():
+            return cand
+    return None
+
+
+def _chapter_pages(root: Path) -> list[str]:
+    """Every page a reader reads, both languages: index.html pages, no 404, no notebook."""
+    rel = (p.parent.relative_to(root).as_posix() for p in root.rglob("index.html"))
+    return sorted("" if r == "." else r + "/" for r in rel if "notebooks" not in r)
+
+
+def lighthouse(base: str, pages: list[str], runs: int) -> int:
+    """Lighthouse on each page, `runs` times; prints the medians; 1 if a target is missed."""
+    exe = _lighthouse_bin()
+    if not exe:
+        sys.exit("lighthouse not found: npm install --prefix /work/tools lighthouse@12 "
+                 "(or set LIGHTHOUSE=/path/to/lighthouse)")
+    env = dict(os.environ, CHROME_PATH=test_browser.CHROMIUM)
+    rows = []
+    print(f"lighthouse ({runs} runs per page, mobile; median [min-max]; CPU index: "
+          "Lighthouse's benchmarkIndex, lower = busier machine):")
+    for page in pages:
+        perf, a11y, tbt, lcp, bench, failed = [], [], [], [], [], set()
+        for _ in range(runs):
+            with tempfile.TemporaryDirectory(prefix="lighthouse-") as tmp:
+                out = Path(tmp) / "report.json"
+                proc = subprocess.run(
+                    [exe, f"{base}/{page.lstrip('/')}", "--quiet", "--output=json",
+                     f"--output-path={out}",
+                     "--only-categories=performance,accessibility",
+                     f"--chrome-flags={' '.join(LIGHTHOUSE_FLAGS)}"],
+                    env=env, capture_output=True, text=True, timeout=300)
+                if proc.returncode or not out.exists():
+                    sys.exit(f"lighthouse failed on /{page}:\n{proc.stderr[-2000:]}")
+                report = json.loads(out.read_text())
+            cats, audits = report["categories"], report["audits"]
+            perf.append(round(cats["performance"]["score"] * 100))
+            a11y.append(round(cats["accessibility"]["score"] * 100))
+            tbt.append(audits["total-blocking-time"]["numericValue"])
+            lcp.append(audits["largest-contentful-paint"]["numericValue"] / 1000)
+            bench.append(report["environment"]["benchmarkIndex"])  # the CPU's speed now
+            failed |= {ref["id"] for ref in cats["accessibility"]["auditRefs"]
+                       if ref["weight"] and audits[ref["id"]]["score"] not in (None, 1)}
+        row = (page, statistics.median(perf), statistics.median(a11y))
+        rows.append(row)
+        print(f"  /{page:28} perf {row[1]:5.0f} [{min(perf)}-{max(perf)}]  "
+              f"a11y {row[2]:5.0f} [{min(a11y)}-{max(a11y)}]  "
+              f"TBT {statistics.median(tbt):5.0f} ms  "
+              f"LCP {statistics.median(lcp):4.1f} s  "
+              f"CPU index {min(bench):.0f}-{max(bench):.0f}"
+              + (f"  a11y fails: {', '.join(sorted(failed))}" if failed else ""),
+              flush=True)
+    low_p = min(rows, key=lambda r: r[1])
+    low_a = min(rows, key=lambda r: r[2])
+    print(f"lowest performance: {low_p[1]:.0f} (/{low_p[0]})   (target >= 90)")
+    print(f"lowest accessibility: {low_a[2]:.0f} (/{low_a[0]})   (target 100)")
+    return 0 if low_p[1] >= 90 and low_a[2] >= 100 else 1
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lighthouse", action="store_true",
+                        help="also run Lighthouse on every page, both languages")
+    parser.add_argument("--runs", type=int, default=3, help="Lighthouse runs per page")
+    parser.add_argument("pages", nargs="*", help="only these pages (e.g. zh/dp/)")
+    args = parser.parse_args()
     reason = test_browser._missing_browser()
     if reason:
         sys.exit(reason)
@@ -54,8 +142,11 @@ def main() -> int:
         data = index.read_bytes()
         print(f"search index /{index.relative_to(root)}: {len(data) / 1024:6.0f} KB "
               f"({len(gzip.compress(data)) / 1024:.0f} KB gzipped)")
+    status = 0 if worst <= 600 and not outside else 1
+    if args.lighthouse:
+        status |= lighthouse(base, args.pages or _chapter_pages(root), args.runs)
     server.shutdown()
-    return 0 if worst <= 600 and not outside else 1
+    return status
 
 
 if __name__ == "__main__":
