@@ -37,8 +37,9 @@ update-outputs: install
 bench: install
 	$(PYTHON) tests/bench.py
 
+# Lighthouse 12 from npm (npm install --global lighthouse@12), driving Debian's chromium
 bench-site: install
-	$(PYTHON) tests/bench_site.py
+	$(PYTHON) tests/bench_site.py --lighthouse
 
 # On a GPU machine whose python3 already has CUDA torch but reaches no package registry: the
 # other packages come as wheels from WHEELS (made by `make gpu-wheels` on a machine that reaches

@@ -57,7 +57,8 @@ bf16 = measure(bf16_autocast)
 # on
 # tensor cores, without sparsity): nvidia.com/en-us/data-center/h100/, .../h200/,
 # .../a100/
-PEAKS = {"H100 PCIe": (51.2, 378.0, 756.0), "H100": (67.0, 494.7, 989.4),
+PEAKS = {"H100 PCIe": (51.2, 378.0, 756.0), "H100 NVL": (60.0, 417.5, 835.0),
+         "H100": (67.0, 494.7, 989.4),
          "H200": (67.0, 494.7, 989.4), "A100": (19.5, 156.0, 312.0)}
 gpu = torch.cuda.get_device_name()
 peaks = next((v for k, v in PEAKS.items() if all(w in gpu for w in k.split())), None)
