@@ -26,10 +26,12 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,9 +40,15 @@ from pathlib import Path
 from pagerun import recordings
 from pagerun.pages import ROOT, Block
 
-# One line of a warm block: CUDA_* assignments, then `python snippets/....py` and plain arguments.
-_ASSIGN = r"CUDA_[A-Z_]+=[\w,.-]*"
-WARM_LINE = re.compile(rf"^((?:{_ASSIGN} )*)python3? (snippets/[\w/.-]+\.py)((?: [\w=./:,+-]+)*)$")
+# One command of a warm block: environment assignments that take effect after `import torch`
+# (CUDA_* when CUDA starts, the others when the program or torchrun's agent reads them), then
+# `python snippets/....py` or `torchrun` with plain arguments. OMP_NUM_THREADS is applied with
+# torch.set_num_threads, as the OpenMP runtime would have read it at start-up.
+_ASSIGN = (r"(?:CUDA_[A-Z_]+|OMP_NUM_THREADS|TORCH_DISTRIBUTED_DEBUG"
+           r"|TORCH_DISABLE_SHARE_RDZV_TCP_STORE)=[\w,.-]*")
+_ARG = r"[\w=./:,+-]+"
+WARM_LINE = re.compile(rf"^((?:{_ASSIGN} )*)(?:python3? (snippets/[\w/.-]+\.py)|(torchrun))"
+                       rf"((?: {_ARG})*)$")
 
 
 @dataclass
@@ -68,7 +76,7 @@ def _shim_dir() -> Path:
     shim.mkdir(exist_ok=True)
     script = f'#!/bin/sh\nexec "{sys.executable}" "$@"\n'
     for name in ("python", "python3"):
-        tmp = shim / f".{name}.{os.getpid()}"
+        tmp = shim / f".{name}.{os.getpid()}.{threading.get_ident()}"
         tmp.write_text(script)
         tmp.chmod(0o755)
         os.replace(tmp, shim / name)  # atomic: a block starting now sees the old or the new one
@@ -76,13 +84,15 @@ def _shim_dir() -> Path:
 
 
 _SHIM: Path | None = None
+_SHIM_LOCK = threading.Lock()
 
 
 def env() -> dict:
     """The environment a block runs in."""
     global _SHIM
     e = dict(os.environ)
-    _SHIM = _SHIM or _shim_dir()
+    with _SHIM_LOCK:  # blocks start from several threads
+        _SHIM = _SHIM or _shim_dir()
     e["PATH"] = os.pathsep.join([str(_SHIM), str(Path(sys.executable).parent), e.get("PATH", "")])
     e["PYTHONUNBUFFERED"] = "1"  # keep stdout and stderr in the order they were written
     for name in ("PYTEST_CURRENT_TEST", "PYTEST_VERSION", "PYTEST_ADDOPTS"):
@@ -94,19 +104,20 @@ def env() -> dict:
 # running
 
 def warm_commands(block: Block) -> list[tuple[dict, list[str]]] | None:
-    """``[(env assignments, argv)]`` if every line of the block can run warm, else None."""
+    """``[(env assignments, argv)]`` if every command of the block can run warm, else None."""
     if block.syntax not in ("bash", "sh") or os.environ.get("DOCS_WARM", "1") == "0":
         return None
     cmds = []
-    for line in block.code.strip().splitlines():
-        line = line.strip()
+    for line in block.code.strip().replace("\\\n", " ").splitlines():  # join continuations
+        line = " ".join(line.split())
         if not line or line.startswith("#"):
             continue
         m = WARM_LINE.match(line)
         if not m:
             return None
         assigns = dict(a.split("=", 1) for a in m.group(1).split())
-        cmds.append((assigns, [m.group(2), *shlex.split(m.group(3))]))
+        program = m.group(2) or "torchrun"
+        cmds.append((assigns, [program, *shlex.split(m.group(4))]))
     return cmds or None
 
 
@@ -120,7 +131,10 @@ def run(block: Block, warm: bool = True) -> Result:
         out, code, timed_out = [], 0, False
         for assigns, argv in cmds:  # like bash -c: every line runs; the last one's status counts
             left = block.timeout - (time.monotonic() - start)
-            text, code, timed_out = warmpool.run(argv, dict(base, **assigns), ROOT, left)
+            e = dict(base, **assigns)
+            if argv[0] == "torchrun":  # the console script on PATH, run as a program
+                argv = [shutil.which("torchrun", path=e["PATH"]) or "torchrun", *argv[1:]]
+            text, code, timed_out = warmpool.run(argv, e, ROOT, left)
             out.append(text)
             if timed_out:
                 break

@@ -80,6 +80,10 @@ def _child(argv: list[str], env: dict, cwd: str, out_path: str, base_path: list[
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    if env.get("OMP_NUM_THREADS", "").isdigit():  # OpenMP read it at start-up, in the server
+        import torch
+
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     script = os.path.abspath(argv[0])
     sys.argv = list(argv)
     sys.path[:] = [os.path.dirname(script), *base_path]

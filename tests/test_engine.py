@@ -36,12 +36,15 @@ def test_a_warm_block_runs_in_the_same_environment(tmp_path):
 
 
 def _sample() -> list[pages.Block]:
-    """Warm-capable page blocks: one with arguments, one that exits non-zero, one with CUDA_*."""
+    """Warm-capable page blocks: one with arguments, one that exits non-zero, one with CUDA_*,
+    a torchrun command wrapped over lines, and a program that starts processes itself."""
     warm = {b.code: b for b in pages.all_blocks("en") if runner.warm_commands(b)}.values()
     picks = [next((b for b in warm if " --" in b.code and b.exit == 0), None),
              next((b for b in warm if b.exit != 0), None),
              next((b for b in warm if "CUDA_VISIBLE_DEVICES" in b.code), None),
-             next((b for b in warm if "snippets/dp/" in b.code), None)]
+             next((b for b in warm if "snippets/dp/" in b.code), None),
+             next((b for b in warm if "torchrun" in b.code and "\\\n" in b.code), None),
+             next((b for b in warm if "mp.spawn" in b.code or "spawn.py" in b.code), None)]
     return [b for b in picks if b is not None and runner.unmet(b.marks) is None]
 
 
