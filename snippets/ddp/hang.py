@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 
 # --8<-- [start:bug]
 def worker(rank: int, world_size: int, port: int, errors, done) -> None:
-    # a short timeout, not 30 minutes; rank 1's is the shortest, so it always gives up first
+    # a short timeout, not 30 minutes; rank 1's is shorter, so it always gives up first
     timeout = timedelta(seconds=3 if rank == 1 else 6)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size, timeout=timeout)
@@ -32,7 +32,8 @@ def worker(rank: int, world_size: int, port: int, errors, done) -> None:
     except RuntimeError as e:
         seconds = time.perf_counter() - t0
         message = re.sub(r"\]:\d+", "]:<port>", str(e))  # the port differs in every run
-        errors.put(f"rank {rank} gave up after {seconds:.1f} s:\n  RuntimeError: {message}")
+        errors.put(f"rank {rank} gave up after {seconds:.1f} s:\n"
+                   f"  RuntimeError: {message}")
     done.wait()  # leave together: a rank that exits early closes its peer's connection
     dist.destroy_process_group()
 # --8<-- [end:bug]
