@@ -1,0 +1,80 @@
+"""Buffers under DDP: rank 0's are copied to every rank before each forward, by default.
+
+Run with: torchrun --standalone --nproc-per-node=2 snippets/ddp/buffers.py
+"""
+
+import argparse
+import gc
+import os
+import sys
+import warnings
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+if "LOCAL_RANK" not in os.environ:
+    sys.exit("start me with torchrun, e.g.: "
+             "torchrun --standalone --nproc-per-node=2 snippets/ddp/buffers.py")
+local_rank = int(os.environ["LOCAL_RANK"])
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
+gpus = torch.cuda.device_count()
+if gpus:  # the device rule: fewer GPUs than processes here, and they share them
+    device = torch.device("cuda", local_rank % gpus)
+    torch.cuda.set_device(device)  # before any other CUDA work
+    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
+else:
+    device, backend = torch.device("cpu"), "gloo"
+dist.init_process_group(backend, timeout=timedelta(seconds=60))
+rank, world = dist.get_rank(), dist.get_world_size()
+if rank == 0:  # which case of the device rule ran
+    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
+
+
+# --8<-- [start:model]
+class Seen(nn.Module):
+    """BatchNorm that notes the running mean it starts each forward with."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn, self.seen = nn.BatchNorm1d(1), []
+
+    def forward(self, x):
+        self.seen.append(self.bn.running_mean.item())
+        return self.bn(x)
+# --8<-- [end:model]
+
+
+# --8<-- [start:compare]
+ids = [device.index] if device.type == "cuda" else None
+for sync in (True, False):
+    model = Seen().to(device)
+    ddp = DDP(model, device_ids=ids, forward_sync_buffers=sync)
+    for step in range(3):  # each rank's data has its own mean: 10 * rank
+        x = torch.arange(4.0, device=device).view(4, 1) + 10.0 * rank
+        ddp(x).sum().backward()
+    starts = [None] * world
+    dist.all_gather_object(starts, model.seen)
+    if rank == 0:
+        print(f"forward_sync_buffers={sync}: running_mean at the start of each forward")
+        for r, seen in enumerate(starts):
+            print(f"  rank {r}: " + ", ".join(f"{m:.3f}" for m in seen))
+    del ddp
+    gc.collect()
+one = DDP(Seen().to(device), device_ids=ids)  # every rank: construction is collective
+if rank == 0:  # where forward's output lands: device_ids[0], or None on the CPU
+    print("output_device:", one.output_device)
+with warnings.catch_warnings(record=True) as caught:  # the old name still works
+    warnings.simplefilter("always")
+    old = DDP(Seen().to(device), device_ids=ids, broadcast_buffers=False)
+if rank == 0:
+    print("broadcast_buffers=False:", caught[0].category.__name__,
+          str(caught[0].message).split(".")[0])
+# --8<-- [end:compare]
+
+del one, old
+gc.collect()
+dist.destroy_process_group()
