@@ -50,6 +50,43 @@ try:  # mkdocs-jupyter builds a new nbconvert exporter, templates and all, for e
     for _name in ("nb2html", "nb2md"):
         if not getattr(getattr(_convert, _name), "_memo", False):
             setattr(_convert, _name, _memo(getattr(_convert, _name)))
+    # nbconvert's HTMLExporter parses each whole notebook page with BeautifulSoup (html.parser)
+    # only to give images an alt text and to make the input and output areas focusable: a
+    # third of the build. The same edits as text; a page with an image gets the real parser.
+    import re
+
+    import nbconvert.exporters.html as _html
+
+    class _Focusable:
+        def __init__(self, soup, css_class):
+            self.soup, self.css_class, self.attrs = soup, css_class, self
+
+        def __setitem__(self, name, value):  # elem.attrs["tabindex"] = "0"
+            self.soup.edits.add((self.css_class, name, value))
+
+    class _TextSoup:
+        real = _html.BeautifulSoup
+
+        def __new__(cls, html, features=None):
+            if "<img" in html:
+                return cls.real(html, features=features)
+            soup = super().__new__(cls)
+            soup.html, soup.edits = html, set()
+            return soup
+
+        def select(self, selector):  # ".jp-Notebook div.jp-Cell-inputWrapper", "img:..."
+            return [] if selector.startswith("img") else [
+                _Focusable(self, selector.rsplit(".", 1)[1])]
+
+        def __str__(self):
+            html = self.html
+            for css_class, name, value in sorted(self.edits):
+                html = re.sub(rf'(<div\b[^>]*\bclass="(?:[^"]* )?{re.escape(css_class)}'
+                              rf'(?: [^"]*)?")', rf'\1 {name}="{value}"', html)
+            return html
+
+    if not getattr(_html.BeautifulSoup, "real", None):
+        _html.BeautifulSoup = _TextSoup
 except ImportError:  # pragma: no cover - mkdocs-jupyter is a dependency
     pass
 
