@@ -7,10 +7,10 @@ of the interpreter that runs the tests (``_shim``), whatever kind of environment
 Two ways to start that process, with the same result:
 
 - ``bash -c CODE`` (or ``python -c CODE``): every block can run this way.
-- **warm**: a block whose every line is ``python snippets/PROGRAM.py [ARGS]`` (optionally after
-  ``CUDA_*=...`` assignments, which only matter when CUDA starts) is forked from a server that
-  has already imported torch (``multiprocessing``'s fork server, preloading ``pagerun._warm``;
-  CUDA is never initialised there). The child sets the environment, ``sys.argv``, ``sys.path``,
+- **warm**: a block whose every line is ``python snippets/PROGRAM.py [ARGS]`` or ``torchrun ...``
+  (optionally after ``CUDA_*=...`` and similar assignments) is forked from a server that has
+  already imported torch (``pagerun.warmpool``, preloading ``pagerun._warm``; CUDA is never
+  initialised there). torchrun's workers, in any block, start through the same server. The child sets the environment, ``sys.argv``, ``sys.path``,
   the working directory and the standard streams as the interpreter would, runs the program as
   ``__main__``, prints an uncaught exception's traceback as Python does, runs ``atexit``
   handlers, and exits with the program's status. It saves ``import torch`` (about a second on
@@ -134,6 +134,7 @@ def run(block: Block, warm: bool = True) -> Result:
             e = dict(base, **assigns)
             if argv[0] == "torchrun":  # the console script on PATH, run as a program
                 argv = [shutil.which("torchrun", path=e["PATH"]) or "torchrun", *argv[1:]]
+                e = warmpool.worker_env(e)  # its workers start warm too
             text, code, timed_out = warmpool.run(argv, e, ROOT, left)
             out.append(text)
             if timed_out:
@@ -143,7 +144,12 @@ def run(block: Block, warm: bool = True) -> Result:
         argv = [sys.executable, "-c", block.code]
     else:
         argv = ["bash" if block.syntax == "bash" else "sh", "-c", block.code]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
+    e = env()
+    if warm and os.environ.get("DOCS_WARM", "1") != "0" and "torchrun" in block.code:
+        from pagerun import warmpool
+
+        e = warmpool.worker_env(e)  # torchrun's workers start warm (its PYTHON_EXEC)
+    proc = subprocess.Popen(argv, cwd=ROOT, env=e, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     timed_out = False

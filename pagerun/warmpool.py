@@ -1,94 +1,207 @@
 """Start ``python snippets/PROGRAM.py ARGS`` as a child of an interpreter that has imported torch.
 
-``run(argv, env, cwd, timeout)`` forks a process from ``multiprocessing``'s fork server (which
-preloads ``pagerun._warm``: torch and friends, never CUDA) and makes it look like a fresh
-``python PROGRAM ARGS`` started by a shell from ``cwd``:
+A fork server (``python -m pagerun.warmpool SOCKET``, one per test session) imports
+``pagerun._warm`` (torch and friends, never CUDA) and then, for every request, forks a child that
+looks like a fresh ``python PROGRAM ARGS``:
 
-- its own session and process group (so the caller can kill everything it starts);
-- standard input ``/dev/null``; standard output and error into one file, unbuffered;
+- its own session and process group (so everything it starts can be killed with it);
+- the standard streams the client passed (file descriptors over the socket), unbuffered;
 - ``os.environ``, the working directory, ``sys.argv``, and ``sys.path`` as a fresh interpreter
   of this environment has it, with the program's folder first;
 - the program runs as ``__main__`` (``runpy.run_path``); ``sys.exit`` behaves as in Python (an
   int is the status, a string is printed to stderr with status 1); an uncaught exception prints
   the traceback Python prints (without runpy's frames) and exits with status 1;
 - ``atexit`` handlers run, streams are flushed, and the process ends with ``os._exit``.
+
+The server sends the child's pid and, when it ends, its status (negative: killed by that
+signal). When a client goes away before its child has ended, the server kills the child's
+process group: nothing outlives the process that asked for it.
+
+Two clients:
+
+- ``run()``, for a block: ``python snippets/...`` or ``torchrun ...`` itself (torchrun's agent).
+- ``pagerun/_client.py``, for torchrun's workers: the agent starts ``$PYTHON_EXEC -u PROGRAM
+  ARGS`` for each (torchrun's documented override of ``sys.executable``); the client passes its
+  streams and environment to the server, forwards the signals the agent sends, and exits as the
+  worker did. The worker, too, skips ``import torch``, which is most of a small program's time.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.spawn
+import json
 import os
+import select
+import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+from pathlib import Path
 
-_CTX = None
-_BASE_PATH: list[str] | None = None
 _LOCK = threading.Lock()
+_SERVER: tuple[subprocess.Popen, str, str] | None = None
+CLIENT = Path(__file__).with_name("_client.py")
 
 
-def _context():
-    global _CTX, _BASE_PATH
-    with _LOCK:
-        if _CTX is None:
-            # sys.path of a fresh interpreter here (without the test runner's additions)
-            out = subprocess.run([sys.executable, "-c", "import sys; print(*sys.path[1:], sep='\\n')"],
-                                 capture_output=True, text=True, check=True)
-            _BASE_PATH = [p for p in out.stdout.splitlines() if p]
-            # The program, not the caller's __main__, is the child's main module: the fork server
-            # must not re-import the caller's (pytest's, a script's, <stdin>) before forking.
-            spawn = multiprocessing.spawn
-            if not getattr(spawn.get_preparation_data, "_pagerun", False):
-                original = spawn.get_preparation_data
+# --------------------------------------------------------------------------------------------
+# protocol: a request is a 4-byte length and JSON {argv, env, cwd}, with three file descriptors
+# (stdin, stdout, stderr) on its first byte; answers are 4-byte signed integers: pid, then status
 
-                def get_preparation_data(name):
-                    data = original(name)
-                    data.pop("init_main_from_path", None)
-                    data.pop("init_main_from_name", None)
-                    return data
-
-                get_preparation_data._pagerun = True
-                spawn.get_preparation_data = get_preparation_data
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["pagerun._warm"])
-            _CTX = ctx
-    return _CTX
+def send_request(sock: socket.socket, argv, env, cwd, fds) -> int:
+    data = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)}).encode()
+    msg = struct.pack("!I", len(data)) + data
+    socket.send_fds(sock, [msg[:1]], list(fds))
+    sock.sendall(msg[1:])
+    return read_int(sock)
 
 
-def _child(argv: list[str], env: dict, cwd: str, out_path: str, base_path: list[str]) -> None:
+def read_int(sock: socket.socket) -> int | None:
+    buf = b""
+    while len(buf) < 4:
+        chunk = sock.recv(4 - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return struct.unpack("!i", buf)[0]
+
+
+def _recv_request(conn: socket.socket):
+    first, fds, _, _ = socket.recv_fds(conn, 1, 3)
+    buf = first
+    while len(buf) < 4:
+        buf += conn.recv(4 - len(buf))
+    size = struct.unpack("!I", buf[:4])[0]
+    data = buf[4:]
+    while len(data) < size:
+        chunk = conn.recv(min(1 << 16, size - len(data)))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return json.loads(data), fds
+
+
+# --------------------------------------------------------------------------------------------
+# the server
+
+def serve(path: str) -> None:
+    base_path = sys.path[1:]  # a fresh interpreter's, after the script's folder
+    import pagerun._warm  # noqa: F401
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(256)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    conns: dict[int, tuple[socket.socket, int]] = {}  # fileno -> (connection, child pid)
+    pids: dict[int, socket.socket | None] = {}  # child pid -> its connection, if still open
+    print("ready", flush=True)
+    while True:
+        watch = [listener, wake_r, 0, *(c for c, _ in conns.values())]
+        try:
+            ready, _, _ = select.select(watch, [], [])
+        except InterruptedError:
+            continue
+        if 0 in ready and not os.read(0, 1 << 12):  # the test session is gone
+            for pid in pids:
+                _killpg(pid)
+            return
+        if wake_r in ready:
+            os.read(wake_r, 1 << 12)
+        while pids:  # report every child that ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = pids.pop(pid, None)
+            if conn is not None:
+                conns.pop(conn.fileno(), None)
+                try:
+                    conn.sendall(struct.pack("!i", os.waitstatus_to_exitcode(status)))
+                except OSError:
+                    pass
+                conn.close()
+        for item in ready:
+            if isinstance(item, socket.socket) and item is not listener:
+                conn, pid = conns.get(item.fileno(), (None, None))
+                if conn is None:
+                    continue
+                try:
+                    gone = not conn.recv(64)
+                except OSError:
+                    gone = True
+                if gone:  # the client went away first: its child goes too
+                    _killpg(pid)
+                    conns.pop(conn.fileno())
+                    pids[pid] = None
+                    conn.close()
+        if listener in ready:
+            conn, _ = listener.accept()
+            try:
+                req, fds = _recv_request(conn)
+            except (OSError, EOFError, ValueError):
+                conn.close()
+                continue
+            keep = [listener.fileno(), wake_r, wake_w, conn.fileno(), *conns]
+            pid = os.fork()
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for i, fd in enumerate(fds):
+                    os.dup2(fd, i)
+                for fd in {*keep, *fds} - {0, 1, 2}:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                _program(req["argv"], req["env"], req["cwd"], base_path)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(struct.pack("!i", pid))
+            conns[conn.fileno()] = (conn, pid)
+            pids[pid] = conn
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _program(argv: list[str], env: dict, cwd: str, base_path: list[str]) -> None:
+    """In the forked child: become ``python argv...`` and never return."""
     import atexit
     import io
     import runpy
     import traceback
 
     os.setsid()
-    fd = os.open(out_path, os.O_WRONLY | os.O_APPEND)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
                                   write_through=True)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                                   errors="backslashreplace", write_through=True)
     sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
-    if env.get("OMP_NUM_THREADS", "").isdigit():  # OpenMP read it at start-up, in the server
-        import torch
-
-        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-    script = os.path.abspath(argv[0])
-    sys.argv = list(argv)
-    sys.path[:] = [os.path.dirname(script), *base_path]
-    code = 0
+    code = 1
     try:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        if env.get("OMP_NUM_THREADS", "").isdigit():  # OpenMP read it at start-up, here
+            import torch
+
+            torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+        script = os.path.abspath(argv[0])
+        sys.argv = list(argv)
+        sys.path[:] = [os.path.dirname(script), *base_path]
+        code = 0
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         if e.code is None:
@@ -100,7 +213,7 @@ def _child(argv: list[str], env: dict, cwd: str, out_path: str, base_path: list[
             code = 1
     except BaseException as e:  # noqa: BLE001 - printed as the interpreter would
         tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename != script:
+        while tb is not None and tb.tb_frame.f_code.co_filename != os.path.abspath(argv[0]):
             tb = tb.tb_next
         traceback.print_exception(type(e), e, tb or e.__traceback__)
         code = 1
@@ -115,32 +228,80 @@ def _child(argv: list[str], env: dict, cwd: str, out_path: str, base_path: list[
         os._exit(code & 0xFF if code >= 0 else 1)
 
 
+# --------------------------------------------------------------------------------------------
+# the test session's side
+
+def address() -> str:
+    """The server's socket, started on first use; it ends with the process that started it."""
+    global _SERVER
+    with _LOCK:
+        if _SERVER is None or _SERVER[0].poll() is not None:
+            folder = tempfile.mkdtemp(prefix="pagerun-")
+            path = os.path.join(folder, "fork.sock")
+            # what torchrun's agent execs (and names as the "binary" in its failure report)
+            client = os.path.join(folder, "python")
+            with open(client, "w") as f:
+                f.write(f'#!/bin/sh\nexec "{sys.executable}" -I -S "{CLIENT}" "$@"\n')
+            os.chmod(client, 0o755)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "pagerun.warmpool", path],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+            if proc.stdout.readline().strip() != b"ready":
+                raise RuntimeError("pagerun.warmpool: the fork server did not start")
+            _SERVER = (proc, path, client)  # its stdin stays open as long as this process lives
+        return _SERVER[1]
+
+
+def worker_exec() -> str:
+    address()
+    return _SERVER[2]
+
+
+def worker_env(env: dict) -> dict:
+    """``env`` for torchrun's agent: its workers start through the server too."""
+    return dict(env, PYTHON_EXEC=worker_exec(), PAGERUN_FORKSERVER=address(),
+                PAGERUN_PYTHON=sys.executable)
+
+
 def run(argv: list[str], env: dict, cwd, timeout: float) -> tuple[str, int, bool]:
     """Run one program; returns (output, exit status, timed out)."""
-    ctx = _context()
     fd, out_path = tempfile.mkstemp(prefix="pagerun-", suffix=".out")
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(out_path, os.O_WRONLY | os.O_APPEND)
     os.close(fd)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    timed_out = False
     try:
-        proc = ctx.Process(target=_child, args=(argv, env, str(cwd), out_path, _BASE_PATH))
-        proc.start()
-        proc.join(max(timeout, 1))
-        timed_out = proc.is_alive()
-        _kill(proc.pid)  # the program's process group: whatever it started goes too
-        proc.join()
-        code = proc.exitcode
+        sock.connect(address())
+        pid = send_request(sock, argv, env, cwd, [null, out, out])
+        os.close(null)
+        os.close(out)
+        null = out = -1
+        end = time.monotonic() + max(timeout, 1)
+        code = None
+        while code is None:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([sock], [], [], left)[0]:
+                timed_out = True
+                _killpg(pid)
+                code = read_int(sock)
+                break
+            code = read_int(sock)
+            if code is None:
+                code = 1
+                break
+        _killpg(pid)  # whatever it started, in its process group
         if code is not None and code < 0:  # killed by a signal: what a shell reports
             code = 128 - code
         with open(out_path, encoding="utf-8", errors="replace") as f:
             return f.read(), code if code is not None else 1, timed_out
     finally:
+        sock.close()
+        for f in (null, out):
+            if f >= 0:
+                os.close(f)
         os.unlink(out_path)
 
 
-def _kill(pgid: int | None) -> None:
-    import signal
-
-    if pgid:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+if __name__ == "__main__":
+    serve(sys.argv[1])

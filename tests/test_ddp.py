@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pagerun import pages, runner
+from pagerun import pages, runner, warmpool
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
@@ -40,7 +40,8 @@ def _left_behind(marker: str) -> list[int]:
 
 def _run(args: list[str], marker: str, tmp: Path, timeout: int = 90) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
-    proc = subprocess.run(TORCHRUN + args, cwd=ROOT, env=_env(marker, tmp), capture_output=True,
+    env = warmpool.worker_env(_env(marker, tmp))  # workers start warm, as in page blocks
+    proc = subprocess.run(TORCHRUN + args, cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     return proc, time.monotonic() - t0
 

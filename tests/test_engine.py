@@ -40,7 +40,7 @@ def _sample() -> list[pages.Block]:
     a torchrun command, and a program that starts processes itself (the cheapest of each)."""
     warm = {b.code: b for b in pages.all_blocks("en") if runner.warm_commands(b)}.values()
     picks = [next((b for b in warm if " --" in b.code and b.exit == 0), None),
-             next((b for b in warm if b.exit != 0), None),
+             next((b for b in warm if b.exit != 0 and "hang" not in b.code), None),
              next((b for b in warm if "CUDA_VISIBLE_DEVICES" in b.code), None),
              next((b for b in warm if "snippets/dp/" in b.code), None),
              next((b for b in warm if "torchrun" in b.code and "hello.py" in b.code), None),
