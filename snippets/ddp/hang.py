@@ -1,6 +1,7 @@
 """The classic hang: one rank runs a collective the other never runs.
 
 A short timeout turns it into an error. Run with: python snippets/ddp/hang.py
+(--same-size: the stray metric has the loss's size, and the two calls pair up silently)
 """
 
 import argparse
@@ -17,7 +18,7 @@ import torch.multiprocessing as mp
 
 
 # --8<-- [start:bug]
-def worker(rank: int, world_size: int, port: int, errors, done) -> None:
+def worker(rank: int, world_size: int, port: int, errors, done, size: int) -> None:
     # a short timeout, not 30 minutes; rank 1's is shorter, so it always gives up first
     timeout = timedelta(seconds=3 if rank == 1 else 6)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -26,9 +27,10 @@ def worker(rank: int, world_size: int, port: int, errors, done) -> None:
     t0 = time.perf_counter()
     try:
         if rank == 0:  # the bug: a metric that only rank 0 all-reduces
-            dist.all_reduce(torch.tensor([0.5, 0.5]))
+            dist.all_reduce(torch.full((size,), 0.5))
         dist.all_reduce(loss)  # every rank
-        print(f"rank {rank}: no error")
+        print(f"rank {rank}: no error, loss all-reduced to {loss.item()} "
+              f"({float(world_size)} expected)")
     except RuntimeError as e:
         seconds = time.perf_counter() - t0
         message = re.sub(r"\]:\d+", "]:<port>", str(e))  # the port differs in every run
@@ -41,7 +43,10 @@ def worker(rank: int, world_size: int, port: int, errors, done) -> None:
 
 # --8<-- [start:main]
 if __name__ == "__main__":
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--same-size", action="store_true",
+                        help="give the stray metric the loss's size (1 element)")
+    size = 1 if parser.parse_args().same_size else 2
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -51,7 +56,7 @@ if __name__ == "__main__":
     )
     ctx = mp.get_context("spawn")
     errors, done = ctx.SimpleQueue(), ctx.Barrier(2)
-    mp.spawn(worker, args=(2, port, errors, done), nprocs=2, join=True)
+    mp.spawn(worker, args=(2, port, errors, done, size), nprocs=2, join=True)
     reports = sorted(errors.get() for _ in range(2) if not errors.empty())
     print("\n".join(reports) or "no errors")
     sys.exit(1 if reports else 0)
