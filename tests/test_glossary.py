@@ -85,3 +85,42 @@ def test_zh_page_uses_glossary_terms(page):
 def test_prose_filter_sees_only_prose():
     text = "a 锁页内存 b\n```text\n锁页内存\n```\n`锁页内存` <!-- 锁页内存 --> [x](锁页内存.md)\n"
     assert [n for n, line in prose(text) if "锁页内存" in line] == [1]
+
+
+# An English message a page quotes in inline code: three or more plain words, not a command or
+# a call. The Chinese page quotes it verbatim too (readers search the text the program prints),
+# adding a Chinese gloss beside it, never instead of it.
+MESSAGE = re.compile(r"[A-Za-z][\w' ,.:;!?()%-]*")
+NOT_MESSAGE = re.compile(r"^(?:python|torchrun|pip|export|nvidia|OMP|CUDA_|make|mkdocs|git)\b"
+                         r"|\w\(")
+
+
+def english_messages(text: str) -> set[str]:
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return {s for s in re.findall(r"`([^`\n]+)`", text)
+            if len(s.split()) >= 3 and MESSAGE.fullmatch(s) and not NOT_MESSAGE.search(s)}
+
+
+@pytest.mark.parametrize("page", ZH_PAGES)
+def test_zh_page_quotes_english_messages_verbatim(page):
+    en = pages.DOCS / "en" / page.removeprefix("zh/")
+    zh = (pages.DOCS / page).read_text(encoding="utf-8")
+    missing = sorted(m for m in english_messages(en.read_text(encoding="utf-8"))
+                     if f"`{m}`" not in zh)
+    assert not missing, "quote these messages in English, as the English page does:\n" + \
+        "\n".join(f"  `{m}`" for m in missing)
+
+
+@pytest.mark.parametrize("page", ZH_PAGES)
+def test_zh_prose_uses_chinese_quotation_marks(page):
+    text = (pages.DOCS / page).read_text(encoding="utf-8")
+    bad = [f"line {n}: {line.strip()[:80]}" for n, line in prose(text)
+           if '"' in re.sub(r"\{[^}]*\}|<[^>]+>", "", line)
+           and not re.match(r"\s*(?:!!!|\?\?\?|===|#)", line)]  # admonition/tab titles: syntax
+    assert not bad, "use “…” around quoted words in Chinese prose:\n" + "\n".join(bad)
+
+
+def test_message_checks_can_fail():
+    assert english_messages("x `Connection closed by peer` y `torchrun --nproc 2 a.py`") == {
+        "Connection closed by peer"}
+    assert [n for n, line in prose('说 "快" 了\n`"x"`\n') if '"' in line] == [1]
