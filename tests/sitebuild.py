@@ -4,14 +4,16 @@
 returns that folder (and the build's wall time) every time after. It fails on any WARNING line of
 the build's log: the build runs without ``-q`` (which lowers mkdocs' log level to ERROR, so that
 ``--strict`` has no warnings to count). ``serve(root)`` serves a folder on
-a free port of 127.0.0.1 the way GitHub Pages does: files as they are, and ``/404.html`` with status
-404 for any path that is not there.
+a free port of 127.0.0.1 the way GitHub Pages does: files as they are (text gzip-compressed when the
+browser accepts it), and ``/404.html`` with status 404 for any path that is not there.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import gzip
+import io
 import http.server
 import os
 import shutil
@@ -43,9 +45,36 @@ def built() -> tuple[Path, float]:
     return out / "site", seconds
 
 
+COMPRESSED = (".html", ".css", ".js", ".json", ".svg", ".xml", ".txt", ".ipynb")
+
+
+@functools.lru_cache(maxsize=512)
+def _gzipped(path: str, mtime: float) -> bytes:
+    return gzip.compress(Path(path).read_bytes(), compresslevel=6, mtime=0)
+
+
 class _Handler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):  # keep the test output clean
         pass
+
+    def send_head(self):
+        """Text files gzip-compressed for a browser that accepts it, as GitHub Pages serves."""
+        path = Path(self.translate_path(self.path))
+        if path.is_dir():
+            path = path / "index.html"
+        if ("gzip" not in self.headers.get("Accept-Encoding", "")
+                or path.suffix not in COMPRESSED or not path.is_file()
+                or (Path(self.translate_path(self.path)).is_dir()
+                    and not self.path.split("?")[0].endswith("/"))):
+            return super().send_head()
+        body = _gzipped(str(path), path.stat().st_mtime)
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Vary", "Accept-Encoding")
+        self.end_headers()
+        return io.BytesIO(body)
 
     def send_error(self, code, message=None, explain=None):
         page = Path(self.directory) / "404.html"
