@@ -48,7 +48,9 @@ print(f"\nblocks run: {len(blocks)} ({warm} warm, {len(blocks) - warm} in a shel
       f"their processes ran {sum(b['seconds'] for b in blocks):.1f} s in all")
 print("slowest 10 blocks (seconds of the block's own process):")
 for b in blocks[:10]:
-    first = b["command"].splitlines()[0]
-    more = " ..." if "\n" in b["command"] else ""
-    print(f"  {b['seconds']:6.1f} s  {first[:90]}{more}")
+    lines = b["command"].replace("\\\n", " ").splitlines()
+    first = " ".join(lines[0].split()).replace("OMP_NUM_THREADS=1 ", "")
+    first = first.replace("torchrun --standalone ", "torchrun ")
+    more = " ..." if len(lines) > 1 or len(first) > 96 else ""
+    print(f"  {b['seconds']:6.1f} s  {first[:96]}{more}")
 sys.exit(proc.returncode)
