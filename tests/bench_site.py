@@ -4,7 +4,7 @@
 
 Builds the site (--strict, timed), serves it on 127.0.0.1, opens a chapter page in each language in
 Chromium (as tests/test_browser.py does), runs one search, and prints: the bytes transferred for the
-page with all its assets (headers + bodies, uncompressed, as served here) at load and after one
+page with all its assets (headers + bodies, as served here: text gzip-compressed, as GitHub Pages serves it) at load and after one
 search (Material fetches the search worker and index at load), the number of requests, how many left 127.0.0.1, and the size of each search index.
 Targets: <= 600 KB per chapter page, 0 external requests, build <= 10 s.
 
