@@ -43,6 +43,9 @@ for name, seconds in (("strict build", build_s), ("whole suite", suite_s)):
     print(f"{name + ':':14}{seconds:7.1f} s   target <= {target:.0f} s   "
           f"ratio {seconds / target:.2f}")
 print(f"suite result: {summary}")
+for line in proc.stdout.splitlines():
+    if line.startswith(("FAILED", "ERROR")):
+        print("  " + line[:160])
 warm = sum(1 for b in blocks if b["how"] == "warm")
 print(f"\nblocks run: {len(blocks)} ({warm} warm, {len(blocks) - warm} in a shell); "
       f"their processes ran {sum(b['seconds'] for b in blocks):.1f} s in all")

@@ -26,7 +26,10 @@ if os.environ["WORLD_SIZE"] == "1":
 # reduce
 # and would pair with rank 0's all_reduce below; the mismatch would surface later, as an
 # abort
-dist.init_process_group("gloo", timeout=timedelta(seconds=3))
+# rank 0's timeout is the shorter, so that it gives up first in every run (the other
+# rank would otherwise see only "Connection closed by peer" when its partner quits)
+timeout = timedelta(seconds=3 if os.environ["RANK"] == "0" else 6)
+dist.init_process_group("gloo", timeout=timeout)
 device = torch.device("cpu")
 # --8<-- [end:init]
 rank = dist.get_rank()
@@ -62,7 +65,7 @@ attempt("plain")
 # or TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun ...
 dist.set_debug_level(dist.DebugLevel.DETAIL)
 # groups created now check each collective
-checked = dist.new_group(timeout=timedelta(seconds=3))
+checked = dist.new_group(timeout=timeout)
 attempt("DETAIL", checked)
 # --8<-- [end:detail]
 
