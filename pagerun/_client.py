@@ -12,13 +12,18 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+IMPORT_TIME_ENV = ("TORCH_LOGS", "TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE_")  # _warm's
+
+
 def main() -> None:
     env = dict(os.environ)
     address = env.pop("PAGERUN_FORKSERVER", "")
     python = env.pop("PAGERUN_PYTHON", sys.executable)
     env.pop("PYTHON_EXEC", None)
     args = sys.argv[1:]
-    if not (address and len(args) >= 2 and args[0] == "-u"):  # not what torchrun starts
+    # not what torchrun starts, or settings that the server's imports would not see
+    if (not (address and len(args) >= 2 and args[0] == "-u")
+            or any(k.startswith(IMPORT_TIME_ENV) for k in env)):
         os.execve(python, [python, *args], env)
     from pagerun.warmpool import read_int, send_request  # no torch in there
 

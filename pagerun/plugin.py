@@ -83,6 +83,11 @@ def pytest_collection_finish(session):
             every = every if every is not None else pages.all_blocks()
             blocks += [b for b in every if path in b.snippets]
     jobs = int(os.environ.get("DOCS_JOBS", 2 * (os.cpu_count() or 1)))
+    # slow work a test module declares (pagerun_background() -> [(key, fn, args)]) goes first
+    modules = {id(m): m for m in (getattr(i, "module", None) for i in session.items) if m}
+    for module in modules.values():
+        for key, fn, args in getattr(module, "pagerun_background", lambda: [])():
+            runner.background(key, fn, *args, jobs=jobs)
     runner.prefetch(blocks, jobs)
 
 

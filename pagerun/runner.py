@@ -237,10 +237,8 @@ def prefetch(blocks: list[Block], jobs: int) -> None:
     Each block still runs in its own process with its own timeout; this only keeps every core
     busy while the tests compare outputs in collection order.
     """
-    global _POOL
-    if jobs < 2:
+    if jobs < 2 or _pool(jobs) is None:
         return
-    _POOL = _POOL or ThreadPoolExecutor(jobs, thread_name_prefix="block")
     todo = {}
     for b in blocks:
         k = (b.syntax, b.code)
@@ -248,6 +246,44 @@ def prefetch(blocks: list[Block], jobs: int) -> None:
             todo[k] = b
     for k, b in sorted(todo.items(), key=lambda kv: _cost(kv[1])):
         _CACHE[k] = _POOL.submit(run, b)
+
+
+def _pool(jobs: int) -> ThreadPoolExecutor | None:
+    global _POOL
+    if _POOL is None and jobs >= 2:
+        _POOL = ThreadPoolExecutor(jobs, thread_name_prefix="block")
+    return _POOL
+
+
+# Other slow work of the tests (a site build, shell runs to compare with, a killed job),
+# started with the blocks so that it overlaps them; `result` waits for it, or runs it.
+_JOBS: dict[str, object] = {}
+_JOBS_LOCK = threading.Lock()
+
+
+def background(key: str, fn, *args, jobs: int = 0) -> None:
+    """Start ``fn(*args)`` in the block pool (created with ``jobs`` threads if needed)."""
+    pool = _pool(jobs)
+    with _JOBS_LOCK:
+        if pool is not None and key not in _JOBS:
+            _JOBS[key] = pool.submit(fn, *args)
+
+
+def result(key: str, fn, *args):
+    """``fn(*args)``, once per session: the background job's result if one was started."""
+    with _JOBS_LOCK:
+        if key not in _JOBS:
+            _JOBS[key] = Future()
+            mine = True
+        else:
+            mine = False
+    job = _JOBS[key]
+    if mine:
+        try:
+            job.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - raised again to every caller
+            job.set_exception(e)
+    return job.result()
 
 
 def run_cached(block: Block) -> Result:

@@ -27,8 +27,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@functools.cache
 def built() -> tuple[Path, float]:
+    """The site, built once per session (in the background when a test module asks for it:
+    ``pagerun_background`` below)."""
+    from pagerun import runner
+
+    return runner.result("site-build", _build)
+
+
+def pagerun_background():
+    """For test modules that use the build: start it with the page blocks."""
+    return [("site-build", _build, ())]
+
+
+def _build() -> tuple[Path, float]:
     out = Path(tempfile.mkdtemp(prefix="site-build-"))
     atexit.register(shutil.rmtree, out, True)
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")

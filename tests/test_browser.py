@@ -21,6 +21,8 @@ import pytest
 
 import sitebuild
 
+pagerun_background = sitebuild.pagerun_background  # the build starts with the blocks
+
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run"]

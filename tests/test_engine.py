@@ -48,11 +48,17 @@ def _sample() -> list[pages.Block]:
     return [b for b in picks if b is not None and runner.unmet(b.marks) is None]
 
 
+def pagerun_background():
+    """The shell runs to compare with start with the page blocks."""
+    return [(f"shell:{b.code}", runner.run, (b, False)) for b in _sample()]
+
+
 @pytest.mark.parametrize("block", _sample(), ids=lambda b: b.code.strip()[:50])
 def test_warm_run_prints_what_a_shell_run_prints(block):
     # the warm run is the collector's own run of this page block (cached): only the shell run
     # is extra work
-    warm, shell = runner.run_cached(block), runner.run(block, warm=False)
+    warm = runner.run_cached(block)
+    shell = runner.result(f"shell:{block.code}", runner.run, block, False)
     assert warm.how == "warm" and shell.how == "shell"
     assert warm.exit == shell.exit
     assert recordings.normalise(warm.output) == recordings.normalise(shell.output)
@@ -110,3 +116,21 @@ def test_no_hook_imports_a_test_module():
         assert "sys.path" not in text and "tests" not in text.split('"""')[-1], hook
     assert not (pages.ROOT / "tests" / "pages.py").exists()
     assert Path(runner.__file__).parent == pages.ROOT / "pagerun"
+
+
+def test_torchrun_workers_start_warm_unless_import_time_settings(tmp_path):
+    """pagerun/_client.py, torchrun's PYTHON_EXEC: a warm worker has torch imported already;
+    with TORCH_LOGS (read when torch._dynamo is imported) it is a fresh interpreter."""
+    import subprocess
+
+    prog = tmp_path / "probe.py"
+    prog.write_text("import sys\nprint('torch' in sys.modules, sys.argv[1:])\n")
+    env = warmpool.worker_env(runner.env())
+    outs = []
+    for extra in ({}, {"TORCH_LOGS": "recompiles"}):
+        proc = subprocess.run([env["PYTHON_EXEC"], "-u", str(prog), "--x"], cwd=tmp_path,
+                              env=dict(env, **extra), capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(proc.stdout.strip())
+    assert outs == ["True ['--x']", "False ['--x']"], outs

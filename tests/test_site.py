@@ -16,6 +16,8 @@ import yaml
 from pagerun import pages, recordings
 import sitebuild
 
+pagerun_background = sitebuild.pagerun_background  # the build starts with the blocks
+
 EN = sorted(p.relative_to(pages.DOCS / "en").as_posix() for p in pages.pages("en"))
 ZH = sorted(p.relative_to(pages.DOCS / "zh").as_posix() for p in pages.pages("zh"))
 
