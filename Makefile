@@ -14,8 +14,9 @@ $(VENV)/bin/python:
 
 # One install per environment and checkout, again only when pyproject.toml changes: a stamp in
 # the environment's own folder (sys.prefix) remembers it.
+STAMP = $$($(PYTHON) -c 'import sys; print(sys.prefix)')/.gpu-by-example-$$(cat pyproject.toml | cksum | cut -d' ' -f1)-$$(echo '$(CURDIR)' | cksum | cut -d' ' -f1)
 install: $(if $(filter $(VENV)/bin/python,$(PYTHON)),$(VENV)/bin/python)
-	@stamp="$$($(PYTHON) -c 'import sys; print(sys.prefix)')/.gpu-by-example-$$(cat pyproject.toml | cksum | cut -d' ' -f1)-$$(echo '$(CURDIR)' | cksum | cut -d' ' -f1)"; \
+	@stamp="$(STAMP)"; \
 	if [ ! -f "$$stamp" ]; then \
 	  $(PYTHON) -m pip install -q torch==2.13.0 numpy && \
 	  $(PYTHON) -m pip install -q -e . && { touch "$$stamp" 2>/dev/null || true; }; \
@@ -46,9 +47,11 @@ bench-site: install
 # PyPI), and the suite runs against the GPU, recording missing GPU outputs.
 GPU_PYTHON ?= python3
 WHEELS ?= wheels
+test-gpu: PYTHON = $(GPU_PYTHON)
 test-gpu:
 	$(GPU_PYTHON) -c "import torch, sys; torch.cuda.is_available() or sys.exit('make test-gpu: no CUDA GPU here (torch.cuda.is_available() is False); use make test')"
 	@if [ -d $(WHEELS) ]; then $(GPU_PYTHON) -m pip install -q --no-index --find-links $(WHEELS) -r tests/gpu-requirements.txt; fi
+	@touch "$(STAMP)"  # this environment is complete: `make serve PYTHON=...` in the tests installs nothing
 	DOCS_JOBS=4 $(GPU_PYTHON) -m pytest --codeblocks -p no:cacheprovider $(PYTEST_ARGS)
 
 gpu-wheels: install

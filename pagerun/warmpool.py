@@ -194,6 +194,10 @@ def _program(argv: list[str], env: dict, cwd: str, base_path: list[str]) -> None
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
+        if env.get("PYTHONFAULTHANDLER"):  # read at start-up, here
+            import faulthandler
+
+            faulthandler.enable()
         if env.get("OMP_NUM_THREADS", "").isdigit():  # OpenMP read it at start-up, here
             import torch
 

@@ -5,6 +5,7 @@ Run with: torchrun --standalone --nproc-per-node=2 snippets/ddp/buffers.py
 
 import argparse
 import gc
+import inspect
 import os
 import sys
 import warnings
@@ -50,16 +51,19 @@ class Seen(nn.Module):
 
 # --8<-- [start:compare]
 ids = [device.index] if device.type == "cuda" else None
+# torch 2.13 renamed broadcast_buffers; older versions know only that name
+NEW = "forward_sync_buffers" in inspect.signature(DDP).parameters
+SYNC = "forward_sync_buffers" if NEW else "broadcast_buffers"
 for sync in (True, False):
     model = Seen().to(device)
-    ddp = DDP(model, device_ids=ids, forward_sync_buffers=sync)
+    ddp = DDP(model, device_ids=ids, **{SYNC: sync})
     for step in range(3):  # each rank's data has its own mean: 10 * rank
         x = torch.arange(4.0, device=device).view(4, 1) + 10.0 * rank
         ddp(x).sum().backward()
     starts = [None] * world
     dist.all_gather_object(starts, model.seen)
     if rank == 0:
-        print(f"forward_sync_buffers={sync}: running_mean at the start of each forward")
+        print(f"{SYNC}={sync}: running_mean at the start of each forward")
         for r, seen in enumerate(starts):
             print(f"  rank {r}: " + ", ".join(f"{m:.3f}" for m in seen))
     del ddp
@@ -70,9 +74,11 @@ if rank == 0:  # where forward's output lands: device_ids[0], or None on the CPU
 with warnings.catch_warnings(record=True) as caught:  # the old name still works
     warnings.simplefilter("always")
     old = DDP(Seen().to(device), device_ids=ids, broadcast_buffers=False)
-if rank == 0:
+if rank == 0 and NEW:
     print("broadcast_buffers=False:", caught[0].category.__name__,
           str(caught[0].message).split(".")[0])
+elif rank == 0:
+    print(f"broadcast_buffers=False: torch {torch.__version__} has no other name")
 # --8<-- [end:compare]
 
 del one, old

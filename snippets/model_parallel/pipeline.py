@@ -31,12 +31,13 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 local_rank = int(os.environ["LOCAL_RANK"])
 local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
 gpus = torch.cuda.device_count()
-if gpus:  # the device rule: fewer GPUs than processes here, and they share them
-    device = torch.device("cuda", local_rank % gpus)
+if gpus >= local_world:  # one GPU per process: NCCL
+    device, backend = torch.device("cuda", local_rank), "nccl"
     torch.cuda.set_device(device)
-    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
-else:
+else:  # gloo moves CUDA tensors only in all_reduce and broadcast: the CPU it is
     device, backend = torch.device("cpu"), "gloo"
+    if gpus and rank == 0:
+        print(f"{gpus} GPU(s) for {local_world} processes: running on the CPU")
 dist.init_process_group(backend, device_id=device if backend == "nccl" else None,
                         timeout=timedelta(seconds=60))
 if rank == 0:
