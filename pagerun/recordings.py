@@ -49,6 +49,8 @@ VOLATILE = [
     (re.compile(rf"(?:(?<=\s)[ \t]+)?{_NUM} ?(?:[KMGT]i?B/s|GFLOP/s|TFLOP/s|it/s|steps/s|samples/s)"), "<rate>"),
     (re.compile(rf"(?:(?<=\s)[ \t]+)?{_NUM} ?x\b"), "<ratio>x"),
     (re.compile(r"\bpid[ =]\d+"), "pid <pid>"),
+    # a size a program picks by timing itself (``batch calibrated: 4096``)
+    (re.compile(rf"\bcalibrated: {_NUM}"), "calibrated: <n>"),
 ]
 
 

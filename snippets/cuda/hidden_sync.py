@@ -88,7 +88,8 @@ best = max((64, 256, 1024, 4096), key=cost_at)
 x = torch.randn(best, 1024, device="cuda")
 
 # --8<-- [start:measure]
-print(torch.cuda.get_device_name(), f"| 200 training steps, batch {best}, median of 5")
+print(torch.cuda.get_device_name(),
+      f"| 200 training steps, median of 5 | batch calibrated: {best}")
 for variant in (item, cpu, printing, nonzero):
     print(f"{variant.__name__:9} vs keeping it on the GPU: {cost(variant):.2f}x")
 print("a sync alone costs at most 2.00x, when host and GPU take equal time per step "

@@ -59,11 +59,17 @@ dist.init_process_group(backend, device_id=device if backend == "nccl" else None
 warnings.filterwarnings("ignore", "DTensor random operators may not have complete")
 
 
-class CountCollectives:
-    """Counts FSDP2's collectives. In 2.13 it calls these functions of
-    torch.distributed by name at every use (all_reduce: across HSDP's replicas)."""
+# FSDP2 calls these functions of torch.distributed by name at every use (all_reduce:
+# across HSDP's replicas); before torch 2.13 the first two were *_into_tensor, *_tensor
+NEW = hasattr(dist, "all_gather_single")
+AG = "all_gather_single" if NEW else "all_gather_into_tensor"
+RS = "reduce_scatter_single" if NEW else "reduce_scatter_tensor"
 
-    NAMES = ("all_gather_single", "reduce_scatter_single", "all_reduce")
+
+class CountCollectives:
+    """Counts FSDP2's collectives."""
+
+    NAMES = (AG, RS, "all_reduce")
 
     def __enter__(self):
         self.counts, self.saved = Counter(), {n: getattr(dist, n) for n in self.NAMES}
@@ -222,8 +228,8 @@ for step in range(2):
     opt_ref.zero_grad()
 
 c = counts[0]
-show(f"one step of {MICRO} micro-batches: {c['all_gather_single']} all-gathers, "
-     f"{c['reduce_scatter_single']} reduce-scatters, {c['all_reduce']} all-reduces")
+show(f"one step of {MICRO} micro-batches: {c[AG]} all-gathers, "
+     f"{c[RS]} reduce-scatters, {c['all_reduce']} all-reduces")
 diff = torch.tensor(max((p.full_tensor() - q).abs().max().item()
                         for p, q in zip(model.parameters(), ref.parameters())))
 show(f"after 2 AdamW steps, max abs diff from one process on the whole batch: "

@@ -18,7 +18,8 @@ batch = 2 * total // row  # twice the GPU's memory: cannot fit
 try:
     x = torch.empty(batch, 4096, device="cuda")
 except torch.OutOfMemoryError as e:
-    print("torch.OutOfMemoryError:", str(e).split(" Of the allocated")[0])
+    # the message goes on with what is free and which processes hold memory: it varies
+    print("torch.OutOfMemoryError:", str(e).split(" of which")[0])
 # --8<-- [end:oom]
 
 # --8<-- [start:fix]
