@@ -24,6 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     set_model_state_dict,
 )
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
@@ -68,6 +69,10 @@ def max_diff(a, b):
 
 
 # --8<-- [start:shard]
+# without mesh=, fully_shard shards over the GPUs if there are any: name the device
+mesh = init_device_mesh(device.type, (world,))
+
+
 def make_model():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
@@ -80,8 +85,8 @@ model = make_model()
 # each Linear is one unit: gathered just before it runs, freed after
 for layer in model:
     if isinstance(layer, nn.Linear):
-        fully_shard(layer)
-fully_shard(model)  # the root: whatever is left, and the hooks that drive the rest
+        fully_shard(layer, mesh=mesh)
+fully_shard(model, mesh=mesh)  # the root: what is left, and the hooks driving the rest
 
 w = model[0].weight
 show(f"model[0].weight: {type(w).__name__} {w.placements}, "
@@ -137,8 +142,8 @@ show("distributed checkpoint files:", sorted(os.listdir(path[0])))
 fresh = make_model()  # new weights, then sharded the same way, then loaded
 for layer in fresh:
     if isinstance(layer, nn.Linear):
-        fully_shard(layer)
-fully_shard(fresh)
+        fully_shard(layer, mesh=mesh)
+fully_shard(fresh, mesh=mesh)
 state = {"model": get_model_state_dict(fresh)}
 dcp.load(state, checkpoint_id=path[0])  # each rank reads only its own shards
 set_model_state_dict(fresh, state["model"])
@@ -158,8 +163,8 @@ half = make_model()
 policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 for layer in half:
     if isinstance(layer, nn.Linear):
-        fully_shard(layer, mp_policy=policy)
-fully_shard(half, mp_policy=policy)
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+fully_shard(half, mesh=mesh, mp_policy=policy)
 x = torch.randn(16, 32, device=device)
 out = half(x)
 show(
@@ -174,7 +179,7 @@ assert diff < 5e-2, diff
 try:
     off = make_model()
     # shards live in (pinned) host memory
-    fully_shard(off, offload_policy=CPUOffloadPolicy())
+    fully_shard(off, mesh=mesh, offload_policy=CPUOffloadPolicy())
     off(torch.randn(16, 32, device=device)).sum().backward()
     show(
         f"CPU offload: parameters on {off[0].weight.device}, gradients on "

@@ -25,6 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_state_dict,
 )
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -62,12 +63,16 @@ def show(*a):
 show(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
 
 
+# without mesh=, fully_shard shards over the GPUs if there are any: name the device
+mesh = init_device_mesh(device.type, (world,))
+
+
 def sharded_model(meta: bool) -> nn.Module:
     torch.manual_seed(0)
     with torch.device("meta" if meta else device):
         model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh(), nn.Linear(WIDTH, 1))
-    fully_shard(model[0])
-    fully_shard(model)
+    fully_shard(model[0], mesh=mesh)
+    fully_shard(model, mesh=mesh)
     if meta:  # shards allocated, not initialised: the checkpoint fills them
         model.to_empty(device=device)
     return model
