@@ -151,10 +151,23 @@ def fingerprint_of(path: str, data: bytes) -> str:
     """``fingerprint`` of the given content of ``path`` (e.g. as it was at an older commit)."""
     if path.endswith(".py"):
         try:
-            data = ast.dump(ast.parse(data)).encode()
+            data = _canonical(ast.parse(data)).encode()
         except SyntaxError:
             pass
     return hashlib.sha256(data).hexdigest()[:12]
+
+
+def _canonical(node) -> str:
+    """``ast.dump`` without the empty fields that new Pythons add (3.12's ``type_params=[]``):
+    the same program has the same fingerprint on Python 3.10 to 3.13, so a recording made on
+    another machine's Python is not taken for one of an older program."""
+    if isinstance(node, ast.AST):
+        fields = ", ".join(f"{k}={_canonical(v)}" for k, v in ast.iter_fields(node)
+                           if v is not None and v != [])
+        return f"{type(node).__name__}({fields})"
+    if isinstance(node, list):
+        return "[" + ", ".join(_canonical(v) for v in node) + "]"
+    return repr(node)
 
 
 def files_field(paths: list[str]) -> str:

@@ -134,3 +134,12 @@ def test_torchrun_workers_start_warm_unless_import_time_settings(tmp_path):
         assert proc.returncode == 0, proc.stderr
         outs.append(proc.stdout.strip())
     assert outs == ["True ['--x']", "False ['--x']"], outs
+
+
+def test_a_fingerprint_is_the_same_on_every_python():
+    """Recordings made on another machine's Python (the GPU machine runs 3.12, CI 3.11) must not
+    look like recordings of an older program: 3.12's ast.dump adds ``type_params=[]``."""
+    program = b"def f(x: int) -> int:\n    return x  # a comment\n\n\nclass A:\n    pass\n"
+    assert recordings.fingerprint_of("x.py", program) == "f20abc1a7caa"
+    wrapped = b"def f(x: int\n      ) -> int:\n    return x\n\n\nclass A:\n    pass\n"
+    assert recordings.fingerprint_of("x.py", wrapped) == "f20abc1a7caa"

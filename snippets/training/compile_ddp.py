@@ -6,10 +6,12 @@ import logging
 import os
 import sys
 import time
+import warnings
 from datetime import timedelta
 
 import torch
 import torch._dynamo
+import torch._inductor.config
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -22,6 +24,10 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--backend", default="aot_eager", help="aot_eager or inductor")
 args = parser.parse_args()
 torch._logging.set_logs(dynamo=logging.ERROR)  # no warnings with timestamps
+# inductor warns that TF32 is off (on purpose here), only when it compiles from scratch
+warnings.filterwarnings("ignore", "TensorFloat32 tensor cores")
+# it also keeps compiled graphs on disk: a second run's first step would hardly compile
+torch._inductor.config.fx_graph_cache = False
 
 local_rank = int(os.environ["LOCAL_RANK"])
 local_world = int(os.environ["LOCAL_WORLD_SIZE"])
