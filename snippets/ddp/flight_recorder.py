@@ -7,6 +7,7 @@ Run with: TORCH_FR_BUFFER_SIZE=100 OMP_NUM_THREADS=1 torchrun --standalone \
 import argparse
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 import time
@@ -51,13 +52,16 @@ os.replace(f.name, os.path.join(dumps, f"rank{rank}.pkl"))  # appears complete
 files = [os.path.join(dumps, f"rank{r}.pkl") for r in range(world)]
 deadline = time.monotonic() + 30
 while not all(map(os.path.exists, files)) and time.monotonic() < deadline:
-    time.sleep(0.1)  # every rank waits for every dump, then rank 0 reads them
+    time.sleep(0.1)  # every rank stays until all have dumped, then rank 0 reads them
 if rank == 0:
+    if not all(map(os.path.exists, files)):
+        sys.exit(f"not every rank wrote its dump to {dumps} within 30 s")
     entries = []
     for path in files:
         with open(path, "rb") as f:
             recorded = pickle.load(f)["entries"]
         entries.append({e["collective_seq_id"]: e for e in recorded})
+    shutil.rmtree(dumps)
     print("collective | " + " | ".join(f"rank {r}" for r in range(world)))
     for seq in sorted(set().union(*entries)):
         calls = [e.get(seq) for e in entries]
@@ -71,5 +75,4 @@ if rank == 0:
     else:
         sys.exit("no mismatch found in the dumps")
 # --8<-- [end:compare]
-time.sleep(0.5)  # rank 0 reads before the others leave
 os._exit(0)  # the group is broken: skip its shutdown
