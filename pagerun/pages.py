@@ -43,6 +43,7 @@ class Block:
     marks: list[str] = field(default_factory=list)
     key: str | None = None  # the recording named by <!-- output: KEY --> after the block
     exit: int = 0
+    builds: bool = False  # builds=both: one recording per build of torch (pagerun.runner)
 
     @property
     def page_rel(self) -> str:
@@ -104,6 +105,7 @@ def blocks(page: Path) -> list[Block]:
             if parsed:
                 block.key, opts = parsed
                 block.exit = int(opts.get("exit", 0))
+                block.builds = opts.get("builds") == "both"
         out.append(block)
     return out
 

@@ -32,38 +32,104 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 OUTPUTS = ROOT / "outputs"
 
-# Device classes, in the order the page shows them as tabs.
-CLASSES = ("cpu", "gpu")
+# Device classes, in the order the page shows them as tabs. ``cpu-cuda-build`` exists only for
+# outputs whose directive says ``builds=both``: the same CPU machine with PyPI's default (CUDA)
+# build of torch instead of the CPU-only build (pagerun.runner.recording_class).
+CLASSES = ("cpu", "cpu-cuda-build", "gpu")
 
 # <!-- output: chapter/topic -->  or  <!-- output: chapter/topic exit=2 -->
 DIRECTIVE = re.compile(r"^<!--\s*output:\s*(?P<key>[\w./-]+)(?P<opts>(?:\s+\w+=\S+)*)\s*-->\s*$")
 
-# What varies from run to run and is masked before outputs are compared. Only these: everything
-# else an example prints must be reproducible. Snippets print measured values with a unit
-# (``12.3 ms``, ``4.1 GB/s``, ``3.2x``) so that these rules find them.
+# How an output is compared with its recording: by what it means, never by its last digit. One
+# rule, in four parts, applied by ``normalise`` to both texts before they are compared:
+#
+# 1. VOLATILE: what varies from run to run (times, rates, ratios, addresses, pids, calibrated
+#    sizes) is masked. Snippets print measured values with a unit (``12.3 ms``, ``4.1 GB/s``,
+#    ``3.2x``) so that these rules find them.
+# 2. BOUNDED: a figure that depends on the hardware's arithmetic (round-off between two ways of
+#    computing the same thing) is printed with the bound it meets and the verdict it supports:
+#    ``max abs diff 6.3e-09 (< 1e-6: equal up to float32 round-off)``. The figure is masked, the
+#    bound and the verdict are compared as text, and ``broken_bounds`` checks that the figure
+#    really is below (or above) its bound, in the run and in the recording.
+# 3. DIGESTS: a hash (12 or more hex digits) is replaced by ``<digest-N>``, numbered by first
+#    appearance: two equal hashes in one output stay equal, two different ones stay different.
+#    A hash that proves two runs identical is compared between those runs in the same test
+#    (e.g. tests/test_ddp.py), never with a recording made on other hardware.
+# 4. TORCH_WORDS: what torch prints in its own words and changes between builds and releases:
+#    its version, C++ source locations inside its messages, and the messages torch gives for
+#    "no CUDA here", which differ between the CPU-only build (``Torch not compiled with CUDA
+#    enabled``) and PyPI's default CUDA build on a machine without a GPU (``Found no NVIDIA driver
+#    on your system``). Each family becomes one token. Where the build changes what a program
+#    does (not only the words), its directive says ``builds=both`` and each build has its own
+#    recording (``CLASS_DIRS``).
 _NUM = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 # Padding before a masked value (``f"{t:8.1f} ms"``) is masked with it.
 VOLATILE = [
     (re.compile(r"0x[0-9a-fA-F]{6,}"), "0x<addr>"),
     (re.compile(rf"(?:(?<=\s)[ \t]+)?{_NUM} ?(?:ns|us|µs|ms|s)\b"), "<time>"),
     (re.compile(rf"(?:(?<=\s)[ \t]+)?{_NUM} ?(?:[KMGT]i?B/s|GFLOP/s|TFLOP/s|it/s|steps/s|samples/s)"), "<rate>"),
-    (re.compile(rf"(?:(?<=\s)[ \t]+)?{_NUM} ?x\b"), "<ratio>x"),
+    (re.compile(rf"(?:(?<=\s)[ \t]+)?{_NUM} ?x\b(?!<)"), "<ratio>x"),
     (re.compile(r"\bpid[ =]\d+"), "pid <pid>"),
     # a size a program picks by timing itself (``batch calibrated: 4096``)
     (re.compile(rf"\bcalibrated: {_NUM}"), "calibrated: <n>"),
 ]
 
+BOUNDED = re.compile(rf"(?P<fig>{_NUM})(?P<pad>\s*)\((?P<op><=|<|>=|>|≤|≥) ?(?P<bound>{_NUM})")
+_OPS = {"<": float.__lt__, "<=": float.__le__, "≤": float.__le__,
+        ">": float.__gt__, ">=": float.__ge__, "≥": float.__ge__}
+
+DIGEST = re.compile(r"(?<![\w<.])(?=\d*[a-f])[0-9a-f]{12,64}(?!\w)")  # a letter: not a count
+
+# torch's own words: (pattern, token). A message family lists every wording seen on the builds
+# and releases the suite has run on (torch 2.11 CUDA, 2.13 CPU and CUDA, 2.15 CUDA), with the
+# exception type, up to the end of the line; extra lines some builds add follow in the pattern.
+_NO_CUDA = "<no CUDA here: torch's message>"
+TORCH_WORDS = [
+    (re.compile(r"\btorch (\d+\.\d+\.\d+(?:[.+][\w.]+)?)"), "torch <version>"),
+    (re.compile(r"\b([\w/.-]+\.(?:cc|cpp|cu|h|hpp)):\d+\b"), r"\1:<line>"),
+    (re.compile(r"AssertionError: Torch not compiled with CUDA enabled"), _NO_CUDA),
+    (re.compile(r"RuntimeError: Found no NVIDIA driver on your system\.[^\n]*"), _NO_CUDA),
+    (re.compile(r"RuntimeError: Cannot access accelerator device when none is available\."),
+     _NO_CUDA),
+    (re.compile(r"RuntimeError: torch\.cuda\.Stream requires CUDA support"), _NO_CUDA),
+    (re.compile(r"AttributeError: module 'torch\._C' has no attribute '_scatter'"), _NO_CUDA),
+    (re.compile(r"(?:torch\.)?AcceleratorError: CUDA error: CUDA driver version is insufficient"
+                r" for CUDA runtime version(?:\nSearch for `cudaErrorInsufficientDriver'[^\n]*)?"
+                r"(?:\nDevice-side assertions were explicitly omitted[^\n]*)?"), _NO_CUDA),
+]
+
+
+def _mask_digests(text: str) -> str:
+    seen: dict[str, str] = {}
+    return DIGEST.sub(lambda m: seen.setdefault(m.group(0), f"<digest-{len(seen) + 1}>"), text)
+
 
 def normalise(text: str) -> str:
-    """Mask the volatile parts of an output (see VOLATILE) and trailing whitespace."""
+    """What an output means (see the rule above): volatile values, bounded figures, digests and
+    torch's own words masked; trailing whitespace dropped."""
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
     text = "\n".join(lines).strip("\n") + "\n"
+    for pattern, repl in TORCH_WORDS:
+        text = pattern.sub(repl, text)
+    text = BOUNDED.sub(lambda m: f"<figure>{m.group('pad')}({m.group('op')} {m.group('bound')}",
+                       text)
     for pattern, repl in VOLATILE:
         text = pattern.sub(repl, text)
-    return text
+    return _mask_digests(text)
+
+
+def broken_bounds(text: str) -> list[str]:
+    """The bounded figures (``6.3e-09 (< 1e-6: ...)``) of an output that do not meet their bound."""
+    bad = []
+    for m in BOUNDED.finditer(text):
+        if not _OPS[m.group("op")](float(m.group("fig")), float(m.group("bound"))):
+            line = text[text.rfind("\n", 0, m.start()) + 1: text.find("\n", m.end()) % (len(text) + 1)]
+            bad.append(line.strip())
+    return bad
 
 
 def is_volatile(text: str) -> bool:
+    """Whether anything in this output is masked when it is compared (the page says so)."""
     return normalise(text) != "\n".join(l.rstrip() for l in text.split("\n")).strip("\n") + "\n"
 
 

@@ -1,7 +1,8 @@
 """Render ``<!-- output: KEY -->`` as content tabs with the recorded outputs (the MkDocs hook
 ``hooks/outputs.py`` is this module's ``on_page_markdown``).
 
-One tab per device class that has a recording (``outputs/cpu/KEY.txt``, ``outputs/gpu/KEY.txt``),
+One tab per device class that has a recording (``outputs/cpu/KEY.txt``, ``outputs/gpu/KEY.txt``,
+and ``outputs/cpu-cuda-build/KEY.txt`` for an output that differs between builds of torch),
 each with a stamp generated from the recording's own header: torch version, device, date. A
 class with no recording says so instead of showing anything. Under the page title, a page-level
 stamp sums up the same headers for every recording the page shows ("verified on"). Nothing here is
@@ -18,6 +19,8 @@ from pagerun import pages, recordings
 TEXT = {
     "en": {
         "cpu": "CPU",
+        "cpu-cuda-build": "CPU, CUDA build of torch",
+        "cpu_builds": "CPU, CPU-only build of torch",
         "gpu": "GPU",
         "missing_gpu": "No GPU run has been recorded for this example yet.",
         "missing_cpu": "This example needs a GPU; there is no CPU output.",
@@ -36,6 +39,8 @@ TEXT = {
     },
     "zh": {
         "cpu": "CPU",
+        "cpu-cuda-build": "CPU，CUDA 版 PyTorch",
+        "cpu_builds": "CPU，CPU 版 PyTorch",
         "gpu": "GPU",
         "missing_gpu": "这个示例还没有在 GPU 上录制过输出。",
         "missing_cpu": "这个示例需要 GPU，没有 CPU 输出。",
@@ -84,7 +89,12 @@ def render(key: str, needs_gpu: bool, lang: str, block=None) -> str:
             else:
                 continue
         else:
-            label = t["cpu"] if cls == "cpu" else f'{t["gpu"]} ({recordings.short_gpu_name(rec.meta.get("device", ""))})'
+            if cls == "gpu":
+                label = f'{t["gpu"]} ({recordings.short_gpu_name(rec.meta.get("device", ""))})'
+            elif cls == "cpu" and recordings.load("cpu-cuda-build", key):
+                label = t["cpu_builds"]  # beside the CUDA build's tab
+            else:
+                label = t[cls]
             fence = "````" if "```" in rec.body else "```"
             stamp = t["recorded"].format(
                 date=rec.meta.get("date", "?"),
@@ -121,6 +131,8 @@ def verified_on(directives: list[tuple[str, bool]], lang: str, page_path: str | 
     for cls in recordings.CLASSES:
         recs = [r for r in (recordings.load(cls, key) for key, _ in directives) if r is not None]
         label = t[cls]
+        if not recs and cls == "cpu-cuda-build":
+            continue  # only outputs that differ between builds have this tab
         if not recs:
             lines.append("- " + t["verified_none"].format(cls=label, total=len(directives)))
             gpu_missing |= cls == "gpu"

@@ -200,9 +200,23 @@ def device() -> dict:
             except OSError:
                 pass
             desc = f"CPU only: {model}, {os.cpu_count()} cores"
-        _DEVICE = {"class": "gpu" if n else "cpu", "gpus": n, "desc": desc,
+        build = "cuda" if (torch.version.cuda or torch.version.hip) else "cpu"
+        if not n and build == "cuda":
+            desc += f", CUDA build of torch ({torch.version.cuda or torch.version.hip}) without a GPU"
+        _DEVICE = {"class": "gpu" if n else "cpu", "gpus": n, "desc": desc, "build": build,
                    "torch": torch.__version__, "python": platform.python_version()}
     return _DEVICE
+
+
+def recording_class(block: Block) -> str:
+    """The recording a run here is compared with: the device class, except for an output whose
+    directive says ``builds=both`` (the build of torch changes what it prints, not only torch's
+    words), which on a CPU machine has one recording per build: ``cpu`` for the CPU-only build,
+    ``cpu-cuda-build`` for a CUDA build of torch on a machine without a GPU."""
+    dev = device()
+    if dev["class"] == "cpu" and block.builds and dev["build"] == "cuda":
+        return "cpu-cuda-build"
+    return dev["class"]
 
 
 def unmet(marks: list[str]) -> str | None:
@@ -336,12 +350,23 @@ def check(block: Block, update: bool = False) -> str:
                        f"output (tail) ---\n{_tail(res.output)}")
     if block.key is None:
         return "ran (no recorded output on the page)"
+    broken = recordings.broken_bounds(res.output)
+    if broken:
+        raise Mismatch(f"{head}--- a figure misses the bound it prints (the verdict beside it is "
+                       f"then wrong) ---\n" + "\n".join(broken))
     dev = device()
-    cls = dev["class"]
+    cls = recording_class(block)
     rec = recordings.load(cls, block.key)
     command = command_of(block)
     files = recordings.files_field(block.snippets)
     if update:
+        from pagerun import claims, pages
+
+        against = claims.contradicted_by(block.key, cls, res.output, pages.pages())
+        if against:
+            raise Mismatch(f"{head}--- not recorded: this run contradicts what the pages say "
+                           f"about it (fix the program or the sentence) ---\n"
+                           + "\n".join(against) + f"\n--- output (tail) ---\n{_tail(res.output)}")
         if rec is not None and rec.meta.get("command") == command and rec.exit == res.exit \
                 and rec.meta.get("files") == files \
                 and recordings.normalise(rec.body) == recordings.normalise(res.output):
@@ -372,6 +397,8 @@ def stale_recordings(blocks: list[Block], cls: str) -> dict[str, str]:
     """Recordings of device class ``cls`` that no longer fit their page's command: path -> why."""
     out = {}
     for b in blocks:
+        if cls == "cpu-cuda-build" and not b.builds:
+            continue
         rec = recordings.load(cls, b.key) if b.key else None
         why = rec and recordings.stale(rec, command_of(b), b.snippets)
         if why:
