@@ -158,14 +158,14 @@ formula = {"GPipe": (p - 1) / (m + p - 1), "1F1B": (p - 1) / (m + p - 1),
            "interleaved 1F1B": (p - 1) / (v * m + p - 1)}
 if rank == 0:
     print(f"p={p} processes, m={m} micro-batches; interleaved: v={v} stages each")
-    print(f"{'schedule':17} {'grads max diff':>14} {'bubble: formula':>16} "
+    print(f"{'schedule':17} {'grads max diff':>24} {'bubble: formula':>16} "
           f"{'replay':>7} {'time here':>10}")
     rows = []
     for name, (logs, n_stages, seconds, diff) in results.items():
         busy, length = replay(logs, n_stages)
         idle = 1 - sum(b - a for r in busy for a, b, *_ in r) / (p * length)
         ratio = seconds / results["GPipe"][2]
-        print(f"{name:17} {diff:14.1e} {formula[name]:16.1%} {idle:7.1%} "
+        print(f"{name:17} {diff:14.1e} (< 1e-5) {formula[name]:16.1%} {idle:7.1%} "
               f"{ratio:9.2f}x")
         # one character = a forward of 1/v of a process's layers
         for r in range(p):
