@@ -23,8 +23,10 @@ TERMS = site_hook.load_glossary()
 ZH_PAGES = [p.relative_to(pages.DOCS).as_posix() for p in pages.pages("zh")]
 
 
-def prose(text: str) -> list[tuple[int, str]]:
-    """(line number, text) of a page's prose: no code, no comments, no link targets."""
+def prose(text: str, inline_code: str = "") -> list[tuple[int, str]]:
+    """(line number, text) of a page's prose: no code, no comments, no link targets.
+
+    Inline code is replaced by ``inline_code`` (removed by default)."""
     text = re.sub(r"<!--.*?-->", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
     out, fence = [], None
     for n, line in enumerate(text.split("\n"), 1):
@@ -36,7 +38,7 @@ def prose(text: str) -> list[tuple[int, str]]:
             if s.startswith(fence) and not s.strip("`"):
                 fence = None
             continue
-        line = re.sub(r"(`+).*?\1", "", line)              # inline code
+        line = re.sub(r"(`+).*?\1", lambda m: inline_code, line)  # inline code
         line = re.sub(r"\]\([^)]*\)", "]", line)           # link targets
         line = re.sub(r'--8<--\s*"[^"]*"', "", line)       # includes
         out.append((n, line))
@@ -124,3 +126,35 @@ def test_message_checks_can_fail():
     assert english_messages("x `Connection closed by peer` y `torchrun --nproc 2 a.py`") == {
         "Connection closed by peer"}
     assert [n for n, line in prose('说 "快" 了\n`"x"`\n') if '"' in line] == [1]
+
+
+# Spacing between Chinese and Latin text: a space between a CJK character and a Latin letter, a
+# digit or inline code (`x`), and no space between two CJK characters (Chinese has no spaces
+# between words). Full-width punctuation (，。：“”（）) needs no space on either side.
+CJK = r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
+SPACING = re.compile(rf"{CJK}(?=[A-Za-z0-9`])|[A-Za-z0-9`](?={CJK})|{CJK} +(?={CJK})")
+
+
+def spacing_slips(text: str) -> list[tuple[int, str]]:
+    """(line number, excerpt) of each place where Chinese and Latin text are spaced wrongly."""
+    found = []
+    for n, line in prose(text, inline_code="`code`"):
+        for m in SPACING.finditer(line):
+            found.append((n, line[max(0, m.start() - 12):m.end() + 13].strip()))
+    return found
+
+
+@pytest.mark.parametrize("page", ZH_PAGES)
+def test_zh_prose_spaces_between_chinese_and_latin(page):
+    bad = spacing_slips((pages.DOCS / page).read_text(encoding="utf-8"))
+    assert not bad, ("a space between Chinese and Latin letters, digits or inline code, none "
+                     "between two Chinese characters:\n"
+                     + "\n".join(f"  docs/{page}:{n}: …{excerpt}…" for n, excerpt in bad))
+
+
+def test_spacing_check_can_fail():
+    text = ("装的是CPU 版\n这类操作有`.item()`、\n更小的kernel都\n遍历 自动求导图\n"
+            "第2步\n"                                    # digit next to CJK, on both sides
+            "好的：CPU 版，`x` 和 `y`（见 [文档](a b.md)）\n"  # fine: spaces, full-width punctuation
+            "```text\n装的是CPU\n```\n<!-- 装的是CPU -->\n")
+    assert [n for n, _ in spacing_slips(text)] == [1, 2, 3, 3, 4, 5, 5]
