@@ -15,7 +15,8 @@ has a recording of KEY), and CONDITION is one of
 - ``"LABEL" OP NUMBER``: the first number after LABEL, on LABEL's line (``22.1`` in
   ``pin_memory() each time: 22.1 GB/s``), compared with NUMBER; OP is ``<  <=  >  >=  ==  !=``;
 - ``"LABEL" OP "LABEL2"``: two such numbers compared;
-- ``has "TEXT"`` / ``lacks "TEXT"``: the recording contains (does not contain) TEXT.
+- ``has "TEXT"`` / ``lacks "TEXT"``: the recording contains (does not contain) TEXT, any run of
+  spaces and line breaks counting as one space.
 
 ``evaluate`` checks one item against one recording; ``check_page`` every item of a page against
 every recording it names; ``contradicted_by`` the items of all pages that a new recording would
@@ -74,7 +75,7 @@ def items_of(mark: str, page: Path, line: int) -> list[Item]:
     out = []
     for m in MARK.finditer(mark):
         for part in m.group(1).split(";"):
-            part = " ".join(part.split())
+            part = re.sub(r"\s*\n\s*", " ", part.strip())  # a mark may wrap; quotes keep spaces
             if not part:
                 continue
             cm = ITEM.match(part)
@@ -105,8 +106,8 @@ def evaluate(cond: str, body: str) -> tuple[bool, str]:
         right = _figure(body, label2) if label2 is not None else float(number)
         return OPS[op](left, right), f"{left:g} {op} {right:g}"
     m = CONTAINS.match(cond)
-    if m:
-        found = m.group(2) in body
+    if m:  # runs of spaces count as one: column padding is layout, not meaning
+        found = " ".join(m.group(2).split()) in " ".join(body.split())
         return found == (m.group(1) == "has"), f"{m.group(2)!r} {'found' if found else 'absent'}"
     raise BadCondition(f"cannot read the condition {cond!r} (see pagerun/claims.py)")
 
