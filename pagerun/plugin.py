@@ -103,6 +103,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """A report, not a failure: recordings of the other device class made from older programs."""
     if not config.option.codeblocks:
         return
+    from pagerun import claims
+
+    items = [i for page in pages.pages() for i in claims.items(page) if i.classes]
+    checked = sum(len(i.classes_for()) for i in items)
+    problems = [p for i in items for p in claims.check_item(i)]
+    terminalreporter.write_sep("-", f"claims: {len(items)} conditions on recordings, {checked} "
+                               f"evaluations, {len(problems)} contradicted or unchecked "
+                               f"(tests/test_claims.py)")
     here = runner.device()["class"]
     for cls in recordings.CLASSES:
         if cls == here:

@@ -87,6 +87,9 @@ _NO_CUDA = "<no CUDA here: torch's message>"
 TORCH_WORDS = [
     (re.compile(r"\btorch (\d+\.\d+\.\d+(?:[.+][\w.]+)?)"), "torch <version>"),
     (re.compile(r"\b([\w/.-]+\.(?:cc|cpp|cu|h|hpp)):\d+\b"), r"\1:<line>"),
+    # a warning's location inside torch: where the environment lives, and the line
+    (re.compile(r"(?:/[\w.+-]+)*/(?:site|dist)-packages/"), "<site-packages>/"),
+    (re.compile(r"(<site-packages>/[\w/.-]+\.py):\d+"), r"\1:<line>"),
     (re.compile(r"AssertionError: Torch not compiled with CUDA enabled"), _NO_CUDA),
     (re.compile(r"RuntimeError: Found no NVIDIA driver on your system\.[^\n]*"), _NO_CUDA),
     (re.compile(r"RuntimeError: Cannot access accelerator device when none is available\."),

@@ -20,7 +20,9 @@ print("CUDA available:", torch.cuda.is_available())
 print("GPU count:", torch.cuda.device_count())
 for i in range(torch.cuda.device_count()):
     print(f"  cuda:{i} is a {torch.cuda.get_device_name(i)}")
+# the accelerator torch was built for, and the one this machine really has
 print("accelerator:", torch.accelerator.current_accelerator())
+print("accelerator, checked:", torch.accelerator.current_accelerator(check_available=True))
 # --8<-- [end:count]
 
 
