@@ -1,9 +1,15 @@
 # `make serve` and `make test` are all a newcomer needs: each creates the virtual environment
 # .venv (from $(BASE_PYTHON)) if it is missing, installs what is needed into it (torch pinned
 # first, then the project), and then serves the site or runs every test.
-#   make test PYTHON=python   uses an interpreter you already have instead (conda, pyenv, ...)
+#   make test PYTHON=python   uses an interpreter you already have instead (conda, pyenv, ...).
+#   Such an environment is yours: nothing is ever installed into it or replaced. If it lacks a
+#   package, or its torch is outside the project's range, make says so in one line with the
+#   command that fixes it, and stops.
 BASE_PYTHON ?= python3
 VENV ?= .venv
+# what the project's own .venv gets: the pinned release (PyPI's CUDA build on Linux, or whatever
+# torch 2.13.0 is already there, e.g. the CPU-only build); TORCH=torch takes the newest release
+TORCH ?= torch==2.13.0
 PYTHON ?= $(VENV)/bin/python
 export NO_MKDOCS_2_WARNING := 1
 
@@ -13,14 +19,20 @@ $(VENV)/bin/python:
 	$(BASE_PYTHON) -m venv $(VENV)
 
 # One install per environment and checkout, again only when pyproject.toml changes: a stamp in
-# the environment's own folder (sys.prefix) remembers it.
+# the environment's own folder (sys.prefix) remembers it. Only the project's own .venv is ever
+# installed into; any other PYTHON is checked (pagerun/envcheck.py), never changed.
 STAMP = $$($(PYTHON) -c 'import sys; print(sys.prefix)')/.gpu-by-example-$$(cat pyproject.toml | cksum | cut -d' ' -f1)-$$(echo '$(CURDIR)' | cksum | cut -d' ' -f1)
-install: $(if $(filter $(VENV)/bin/python,$(PYTHON)),$(VENV)/bin/python)
+ifeq ($(PYTHON),$(VENV)/bin/python)
+install: $(VENV)/bin/python
 	@stamp="$(STAMP)"; \
 	if [ ! -f "$$stamp" ]; then \
-	  $(PYTHON) -m pip install -q torch==2.13.0 numpy && \
+	  $(PYTHON) -m pip install -q $(TORCH) numpy && \
 	  $(PYTHON) -m pip install -q -e . && { touch "$$stamp" 2>/dev/null || true; }; \
 	fi
+else
+install:
+	@$(PYTHON) pagerun/envcheck.py
+endif
 
 test: install
 	$(PYTHON) -m pytest --codeblocks
@@ -51,7 +63,7 @@ test-gpu: PYTHON = $(GPU_PYTHON)
 test-gpu:
 	$(GPU_PYTHON) -c "import torch, sys; torch.cuda.is_available() or sys.exit('make test-gpu: no CUDA GPU here (torch.cuda.is_available() is False); use make test')"
 	@if [ -d $(WHEELS) ]; then $(GPU_PYTHON) -m pip install -q --no-index --find-links $(WHEELS) -r tests/gpu-requirements.txt; fi
-	@touch "$(STAMP)"  # this environment is complete: `make serve PYTHON=...` in the tests installs nothing
+	@$(GPU_PYTHON) pagerun/envcheck.py
 	DOCS_JOBS=4 $(GPU_PYTHON) -m pytest --codeblocks -p no:cacheprovider $(PYTEST_ARGS)
 
 gpu-wheels: install

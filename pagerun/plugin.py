@@ -123,7 +123,37 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                 terminalreporter.write_line(f"{path}: {why}")
 
 
+INSTALLED = pytest.StashKey[dict]()
+
+
+def _installed() -> dict:
+    """What `pip freeze` would list: every distribution of this interpreter, with its version."""
+    from importlib import metadata
+
+    return {(d.metadata["Name"] or "?").lower(): d.version for d in metadata.distributions()}
+
+
+def pytest_sessionstart(session):
+    session.config.stash[INSTALLED] = _installed()
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
+    """The suite never changes the environment it runs in (a reader's conda env, say): compare
+    what is installed now with what was installed when it started, and fail if anything moved."""
+    before, after = session.config.stash.get(INSTALLED, None), _installed()
+    if before is None or before == after:
+        return
+    moved = sorted(f"{n}: {before.get(n, 'absent')} -> {after.get(n, 'absent')}"
+                   for n in set(before) | set(after) if before.get(n) != after.get(n))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter:
+        reporter.write_line("FAILED: the test run changed the packages of "
+                            f"{sys.executable}: " + "; ".join(moved), red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config):
     """DOCS_TIMINGS=FILE: write how long each block's process ran (for `make bench`)."""
     path = os.environ.get("DOCS_TIMINGS")
     if path:

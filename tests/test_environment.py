@@ -1,0 +1,56 @@
+"""An environment the reader brought is never changed: `make ... PYTHON=...` checks it and stops
+with one line if something is missing, and installs nothing (only the project's own .venv is
+installed into). The whole suite's own environment is compared before and after the run by
+pagerun.plugin (pytest_sessionfinish)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from pagerun import envcheck, pages
+
+
+def _contents(env: Path) -> list[str]:
+    return sorted(p.relative_to(env).as_posix() for p in env.rglob("*"))
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("target", ["install", "serve", "test"])
+def test_make_never_installs_into_a_readers_environment(tmp_path, target):
+    env = tmp_path / "readers-env"
+    venv.create(env, with_pip=False)  # an environment without the project's packages
+    before = _contents(env)
+    proc = subprocess.run(["make", target, f"PYTHON={env / 'bin' / 'python'}"], cwd=pages.ROOT,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          env=dict(os.environ, MAKEFLAGS=""))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    said = [l for l in out.splitlines() if l.startswith("make: ") and "not ready" in l]
+    assert len(said) == 1 and "torch is missing" in said[0] and "nothing was installed" in said[0], out
+    assert "Traceback" not in out, out
+    assert _contents(env) == before  # not one file added
+
+
+def test_the_running_environment_passes_its_own_check():
+    assert envcheck.problems() == [], envcheck.problems()
+
+
+def test_the_check_reads_pyprojects_ranges():
+    names = dict(envcheck.requirements())
+    assert ("<", "3") in names["torch"] and (">=", "2.6") in names["torch"]
+    assert envcheck._version("2.13.0+cpu") == (2, 13, 0) < envcheck._version("3")
+
+
+def test_the_session_compares_installed_packages():
+    from pagerun import plugin
+
+    now = plugin._installed()
+    assert now.get("torch") and now == plugin._installed()
+    assert sys.executable  # the interpreter whose packages are compared
