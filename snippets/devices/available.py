@@ -22,7 +22,8 @@ for i in range(torch.cuda.device_count()):
     print(f"  cuda:{i} is a {torch.cuda.get_device_name(i)}")
 # the accelerator torch was built for, and the one this machine really has
 print("accelerator:", torch.accelerator.current_accelerator())
-print("accelerator, checked:", torch.accelerator.current_accelerator(check_available=True))
+print("accelerator, checked:",
+      torch.accelerator.current_accelerator(check_available=True))
 # --8<-- [end:count]
 
 
