@@ -220,3 +220,12 @@ def test_the_stale_text_check_can_fail(tmp_path, monkeypatch):
     monkeypatch.setattr(pages, "DOCS", tmp_path)
     bad = stale_text(page)
     assert len(bad) == 3, bad
+
+
+def test_a_new_recording_that_contradicts_a_page_is_refused():
+    """What `pytest --update-outputs` asks before it writes a recording (pagerun.runner.check)."""
+    rec = recordings.load("gpu", "cuda/pinned")
+    assert claimlib.contradicted_by("cuda/pinned", "gpu", rec.body, pages.pages()) == []
+    worse = rec.body.replace("vs pageable: 2.85x", "vs pageable: 0.95x")
+    against = claimlib.contradicted_by("cuda/pinned", "gpu", worse, pages.pages())
+    assert against and all("contradicts the page" in a for a in against), against
