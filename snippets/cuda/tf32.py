@@ -53,10 +53,9 @@ def bf16_autocast():
 bf16 = measure(bf16_autocast)
 # --8<-- [end:precision]
 
-# Dense peaks in TFLOP/s from NVIDIA's datasheets (float32 on CUDA cores; TF32 and bf16
-# on
-# tensor cores, without sparsity): nvidia.com/en-us/data-center/h100/, .../h200/,
-# .../a100/
+# Dense peaks in TFLOP/s from NVIDIA's datasheets (float32 on CUDA cores; TF32 and
+# bf16 on tensor cores, without sparsity):
+# nvidia.com/en-us/data-center/h100/, .../h200/, .../a100/
 PEAKS = {"H100 PCIe": (51.2, 378.0, 756.0), "H100 NVL": (60.0, 417.5, 835.0),
          "H100": (67.0, 494.7, 989.4),
          "H200": (67.0, 494.7, 989.4), "A100": (19.5, 156.0, 312.0)}

@@ -53,6 +53,7 @@ files = [os.path.join(dumps, f"rank{r}.pkl") for r in range(world)]
 deadline = time.monotonic() + 30
 while not all(map(os.path.exists, files)) and time.monotonic() < deadline:
     time.sleep(0.1)  # every rank stays until all have dumped, then rank 0 reads them
+torch_dir = os.path.dirname(torch.__file__)
 if rank == 0:
     if not all(map(os.path.exists, files)):
         sys.exit(f"not every rank wrote its dump to {dumps} within 30 s")
@@ -71,6 +72,12 @@ if rank == 0:
         if len(set(shown)) > 1:
             print(f"first mismatch: collective #{seq}, not called by ranks "
                   f"{[r for r, c in enumerate(calls) if c is None]}")
+            for r, c in enumerate(calls):  # the stack recorded with the call:
+                stack = c.get("frames", []) if c else []  # innermost frame first
+                mine = [f for f in stack if not f["filename"].startswith(torch_dir)]
+                if mine:  # the first frame outside torch: the program's own line
+                    where = f"{os.path.relpath(mine[0]['filename'])}:{mine[0]['line']}"
+                    print(f"rank {r} issued it at {where} ({mine[0]['name']})")
             break
     else:
         sys.exit("no mismatch found in the dumps")

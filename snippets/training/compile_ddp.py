@@ -24,7 +24,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--backend", default="aot_eager", help="aot_eager or inductor")
 args = parser.parse_args()
 torch._logging.set_logs(dynamo=logging.ERROR)  # no warnings with timestamps
-# inductor warns that TF32 is off (on purpose here), only when it compiles from scratch
+# inductor warns that TF32 is off, PyTorch's default for float32 matmuls (we keep
+# it), only when it compiles from scratch
 warnings.filterwarnings("ignore", "TensorFloat32 tensor cores")
 # it also keeps compiled graphs on disk: a second run's first step would hardly compile
 torch._inductor.config.fx_graph_cache = False

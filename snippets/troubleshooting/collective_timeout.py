@@ -22,10 +22,9 @@ if os.environ["WORLD_SIZE"] == "1":
         "one process cannot disagree with itself: run with --nproc-per-node=2 or more"
     )
 # --8<-- [start:init]
-# gloo and CPU tensors on any machine: with NCCL, a barrier is itself a one-element all-
-# reduce
-# and would pair with rank 0's all_reduce below; the mismatch would surface later, as an
-# abort
+# gloo and CPU tensors on any machine: with NCCL, a barrier is itself a one-element
+# all-reduce and would pair with rank 0's all_reduce below; the mismatch would surface
+# later, as an abort.
 # rank 0's timeout is the shorter, so that it gives up first in every run (the other
 # rank would otherwise see only "Connection closed by peer" when its partner quits)
 timeout = timedelta(seconds=3 if os.environ["RANK"] == "0" else 6)
