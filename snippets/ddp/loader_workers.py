@@ -49,7 +49,8 @@ if rank == 0:
             print(f"  loader worker pid {wpid}: torch threads {wthreads}, "
                   f"OMP_NUM_THREADS={omp}")
     total = sum(1 + len(ws) for _, _, ws in everyone)
-    print(f"{world_size} ranks x (1 + {loader.num_workers} workers) = {total} processes")
+    print(f"{world_size} ranks x (1 + {loader.num_workers} workers) = {total} "
+          "processes")
 # --8<-- [end:count]
 
 del loader  # its worker processes end with it

@@ -19,7 +19,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-parser.add_argument("--fix", action="store_true", help="the same forwards on every rank")
+parser.add_argument("--fix", action="store_true",
+                    help="the same forwards on every rank")
 args = parser.parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun --standalone "
@@ -101,10 +102,11 @@ full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True
 everyone = [None] * world
 dist.all_gather_object(everyone, batches)
 if rank == 0:
-    print(f"padded, every rank the same forwards: {int(right[0])} of {int(right[1])} right")
+    print(f"padded, every rank the same forwards: {int(right[0])} of {int(right[1])}")
     plain = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     plain.load_state_dict(full)  # a plain model: no collective in its forward
     with torch.no_grad():
         hits = sum(int((plain(x).argmax(1) == y).sum()) for b in everyone for x, y in b)
-    print(f"full state dict, rank 0 alone:       {hits} of {sum(map(len, everyone)) * 4}")
+    seen = sum(len(y) for b in everyone for _, y in b)
+    print(f"full state dict, rank 0 alone:       {hits} of {seen}")
 dist.destroy_process_group()

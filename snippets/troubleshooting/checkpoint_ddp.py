@@ -1,4 +1,5 @@
-"""Activation checkpointing under DDP: reentrant checkpoints mark a parameter ready twice.
+"""Activation checkpointing under DDP: a reentrant checkpoint marks a parameter ready
+twice.
 
 Run with: torchrun --standalone --nproc-per-node=2 \
               snippets/troubleshooting/checkpoint_ddp.py

@@ -1,6 +1,7 @@
-"""A label out of range: a readable IndexError on the CPU, a device-side assert on the GPU.
+"""A label out of range: a readable IndexError on the CPU, a device-side assert on the
+GPU.
 
-Run with: python snippets/troubleshooting/device_assert.py            (on the CPU, any machine)
+Run with: python snippets/troubleshooting/device_assert.py  (on the CPU, any machine)
           CUDA_LAUNCH_BLOCKING=1 python snippets/troubleshooting/device_assert.py --cuda
 """
 

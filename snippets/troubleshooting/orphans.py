@@ -1,8 +1,9 @@
 """Workers left running when torchrun is killed, and how to make sure none is left.
 
 Run with: python snippets/troubleshooting/orphans.py
-(Linux: it reads /proc. It runs torchrun's own entry point, torch.distributed.run.main, in a
-forked child, so that it can kill that torchrun; the workers are this file with --worker.)
+(Linux: it reads /proc. It runs torchrun's own entry point, torch.distributed.run.main,
+in a forked child, so that it can kill that torchrun; the workers are this file with
+--worker.)
 """
 
 import argparse
@@ -14,8 +15,10 @@ import tempfile
 import time
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-parser.add_argument("--worker", metavar="DIR", help="what torchrun starts: report to DIR")
-parser.add_argument("--pdeathsig", action="store_true", help="worker: die with the launcher")
+parser.add_argument("--worker", metavar="DIR",
+                    help="what torchrun starts: report to DIR")
+parser.add_argument("--pdeathsig", action="store_true",
+                    help="worker: die with the launcher")
 args = parser.parse_args()
 if not sys.platform.startswith("linux"):
     sys.exit("this demo reads /proc and uses prctl: it needs Linux")
@@ -73,7 +76,8 @@ def wait_for(test, seconds):
 
 def run(label, sig, *worker_args):
     folder = tempfile.mkdtemp(prefix="orphans-")
-    argv = ["--standalone", "--nproc-per-node=2", __file__, "--worker", folder, *worker_args]
+    argv = ["--standalone", "--nproc-per-node=2",
+            __file__, "--worker", folder, *worker_args]
     launcher = multiprocessing.get_context("fork").Process(
         target=agent, args=(argv, os.path.join(folder, "log")))
     launcher.start()

@@ -1,8 +1,8 @@
 """Two jobs on one machine: the second torchrun cannot listen on the first one's port.
 
 Run with: python snippets/troubleshooting/port_in_use.py
-(it calls torchrun's own entry point, torch.distributed.run.main, with the arguments you would
-type after `torchrun`, and the workers it starts are this file with --worker)
+(it calls torchrun's own entry point, torch.distributed.run.main, with the arguments you
+would type after `torchrun`, and the workers it starts are this file with --worker)
 """
 
 import argparse
@@ -12,7 +12,7 @@ from datetime import timedelta
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--worker", action="store_true", help="what torchrun starts")
-if parser.parse_args().worker:  # a worker: its job's rendezvous worked; say so and leave
+if parser.parse_args().worker:  # a worker: its job's rendezvous worked; say so, leave
     print(f"  worker rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} started")
     sys.exit(0)
 
