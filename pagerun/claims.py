@@ -74,7 +74,7 @@ def items_of(mark: str, page: Path, line: int) -> list[Item]:
     """The items of one claim mark (``<!-- claim: ... -->``)."""
     out = []
     for m in MARK.finditer(mark):
-        for part in m.group(1).split(";"):
+        for part in re.split(r';(?=(?:[^"]*"[^"]*")*[^"]*$)', m.group(1)):  # not inside quotes
             part = re.sub(r"\s*\n\s*", " ", part.strip())  # a mark may wrap; quotes keep spaces
             if not part:
                 continue
