@@ -108,7 +108,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     items = [i for page in pages.pages() for i in claims.items(page) if i.classes]
     checked = sum(len(i.classes_for()) for i in items)
     problems = [p for i in items for p in claims.check_item(i)]
-    terminalreporter.write_sep("-", f"claims: {len(items)} conditions on recordings, {checked} "
+    terminalreporter.write_sep("-", f"claims: {len(items)} conditions on recordings (both languages), {checked} "
                                f"evaluations, {len(problems)} contradicted or unchecked "
                                f"(tests/test_claims.py)")
     here = runner.device()["class"]
