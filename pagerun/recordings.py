@@ -84,21 +84,25 @@ DIGEST = re.compile(r"(?<![\w<.])(?=\d*[a-f])[0-9a-f]{12,64}(?!\w)")  # a letter
 # and releases the suite has run on (torch 2.11 CUDA, 2.13 CPU and CUDA, 2.15 CUDA), with the
 # exception type, up to the end of the line; extra lines some builds add follow in the pattern.
 _NO_CUDA = "<no CUDA here: torch's message>"
+_NO_CUDA_WORDS = [re.escape(w) for w in (
+    "Torch not compiled with CUDA enabled",                         # CPU-only build
+    "Cannot initialize CUDA without ATen_cuda library",             # CPU-only build
+    "Cannot access accelerator device when none is available",      # CPU-only build
+    "torch.cuda.Stream requires CUDA support",                      # CPU-only build
+    "module 'torch._C' has no attribute '_scatter'",                # CPU-only build
+    "Found no NVIDIA driver on your system",                        # CUDA build, no driver
+    "CUDA error: CUDA driver version is insufficient for CUDA runtime version",  # idem
+)]
 TORCH_WORDS = [
     (re.compile(r"\btorch (\d+\.\d+\.\d+(?:[.+][\w.]+)?)"), "torch <version>"),
     (re.compile(r"\b([\w/.-]+\.(?:cc|cpp|cu|h|hpp)):\d+\b"), r"\1:<line>"),
     # a warning's location inside torch: where the environment lives, and the line
     (re.compile(r"(?:/[\w.+-]+)*/(?:site|dist)-packages/"), "<site-packages>/"),
     (re.compile(r"(<site-packages>/[\w/.-]+\.py):\d+"), r"\1:<line>"),
-    (re.compile(r"AssertionError: Torch not compiled with CUDA enabled"), _NO_CUDA),
-    (re.compile(r"RuntimeError: Found no NVIDIA driver on your system\.[^\n]*"), _NO_CUDA),
-    (re.compile(r"RuntimeError: Cannot access accelerator device when none is available\."),
-     _NO_CUDA),
-    (re.compile(r"RuntimeError: torch\.cuda\.Stream requires CUDA support"), _NO_CUDA),
-    (re.compile(r"AttributeError: module 'torch\._C' has no attribute '_scatter'"), _NO_CUDA),
-    (re.compile(r"(?:torch\.)?AcceleratorError: CUDA error: CUDA driver version is insufficient"
-                r" for CUDA runtime version(?:\nSearch for `cudaErrorInsufficientDriver'[^\n]*)?"
-                r"(?:\nDevice-side assertions were explicitly omitted[^\n]*)?"), _NO_CUDA),
+    (re.compile(rf"(?:(?:torch\.)?\w+(?:Error|Exception): )?(?:{'|'.join(_NO_CUDA_WORDS)})"
+                r"[^\n]*(?:\n(?:Search for `cuda\w+'|For more detailed error information"
+                r"|Device-side assertions were explicitly omitted|CUDA kernel errors might be"
+                r"|For debugging consider passing|Compile with `TORCH_USE_CUDA_DSA`)[^\n]*)*"), _NO_CUDA),
 ]
 
 

@@ -88,7 +88,7 @@ def test_notebooks_run(tmp_path, monkeypatch):
     problems = []
     for i, block in checks:
         got = "".join(o.get("text", "") for o in nb.cells[i].outputs if o.output_type == "stream")
-        rec = recordings.load(runner.device()["class"], block.key) if block.key else None
+        rec = recordings.load(runner.recording_class(block), block.key) if block.key else None
         if rec and recordings.normalise(got).split() != recordings.normalise(rec.body).split():
             problems.append(f"`{block.code.strip()}` differs from {block.key}:\n{got}")
     assert not problems, "\n\n".join(problems)
