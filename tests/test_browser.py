@@ -47,6 +47,37 @@ SEARCHES = [
     ("固定内存", ["glossary/"], ["zh"]),
 ]
 
+# Readers' questions, typed the way readers type them (their words, not the pages'): one of the
+# pages must be among the first TOP pages of the results. The words the pages do not use reach
+# them through the glossary's `search` lists (hooks/glossary.yml, README "Search").
+TOP = 3
+READER_SEARCHES = [
+    ("多机训练", ["ddp/multinode/"], "zh"),
+    ("断点续训", ["ddp/multinode/", "ddp/checkpoints/"], "zh"),
+    ("多机多卡", ["ddp/multinode/"], "zh"),
+    ("单机多卡", ["ddp/"], "zh"),
+    ("多卡训练", ["ddp/", "dp/"], "zh"),
+    ("分布式训练", ["ddp/"], "zh"),
+    ("爆显存", ["troubleshooting/", "training/memory/"], "zh"),
+    ("显存不够", ["troubleshooting/", "training/memory/"], "zh"),
+    ("OOM", ["troubleshooting/", "training/memory/"], "zh"),
+    ("训练卡住", ["ddp/debugging/"], "zh"),
+    ("梯度累积", ["ddp/techniques/", "model-parallel/fsdp-practice/"], "zh"),
+    ("混合精度", ["training/"], "zh"),
+    ("loss 变成 NaN", ["training/"], "zh"),
+    ("多机训练怎么配置", ["ddp/multinode/"], "zh"),
+    ("multi-GPU", ["ddp/"], "en"),
+    ("multi node training", ["ddp/multinode/"], "en"),
+    ("out of memory", ["troubleshooting/", "training/memory/"], "en"),
+    ("OOM", ["troubleshooting/", "training/memory/"], "en"),
+    ("NaN loss", ["training/"], "en"),
+    ("training hangs", ["ddp/debugging/"], "en"),
+    ("deadlock", ["ddp/debugging/"], "en"),
+    ("resume from checkpoint", ["ddp/multinode/", "ddp/checkpoints/"], "en"),
+    ("gradient accumulation", ["ddp/techniques/", "model-parallel/fsdp-practice/"], "en"),
+    ("pipeline bubble", ["model-parallel/pipeline/"], "en"),
+]
+
 
 def _missing_browser() -> str | None:
     try:
@@ -227,6 +258,19 @@ def test_search(clean, query, expected, lang):
     assert any(p in wanted for p in paths), f"{query!r} in {lang}: {wanted} not among {paths}"
     for p in paths:  # results come from this language's pages only
         assert p.startswith("/zh/") == (lang == "zh"), f"{p} is not a {lang} page"
+
+
+@pytest.mark.parametrize("query,expected,lang", READER_SEARCHES,
+                         ids=[f"{lang}-{q}" for q, _, lang in READER_SEARCHES])
+def test_search_readers_words(clean, query, expected, lang):
+    b = clean
+    prefix = "" if lang == "en" else "zh/"
+    missing = [p for p in expected if not (b.root / prefix / p / "index.html").exists()]
+    assert not missing, f"pages {missing} are not in the site: fix READER_SEARCHES"
+    paths = _search(b, lang, query)
+    wanted = [f"/{prefix}{p}" for p in expected]
+    assert any(p in wanted for p in paths[:TOP]), \
+        f"{query!r} in {lang}: none of {wanted} among the first {TOP} results {paths[:TOP]}"
 
 
 @pytest.mark.parametrize("path,lang,title", [("no/such/page/", "en", "Page not found"),
