@@ -66,6 +66,7 @@ READER_SEARCHES = [
     ("混合精度", ["training/"], "zh"),
     ("loss 变成 NaN", ["training/"], "zh"),
     ("多机训练怎么配置", ["ddp/multinode/"], "zh"),
+    ("DDP 比单卡还慢", ["ddp/techniques/"], "zh"),
     ("multi-GPU", ["ddp/"], "en"),
     ("multi node training", ["ddp/multinode/"], "en"),
     ("out of memory", ["troubleshooting/", "training/memory/"], "en"),
@@ -76,6 +77,7 @@ READER_SEARCHES = [
     ("resume from checkpoint", ["ddp/multinode/", "ddp/checkpoints/"], "en"),
     ("gradient accumulation", ["ddp/techniques/", "model-parallel/fsdp-practice/"], "en"),
     ("pipeline bubble", ["model-parallel/pipeline/"], "en"),
+    ("DDP slower than one GPU", ["ddp/techniques/"], "en"),
 ]
 
 
