@@ -67,6 +67,8 @@ READER_SEARCHES = [
     ("loss 变成 NaN", ["training/"], "zh"),
     ("多机训练怎么配置", ["ddp/multinode/"], "zh"),
     ("DDP 比单卡还慢", ["ddp/techniques/"], "zh"),
+    ("FSDP 保存模型显存不足", ["model-parallel/fsdp/"], "zh"),
+    ("梯度裁剪", ["model-parallel/fsdp/"], "zh"),
     ("multi-GPU", ["ddp/"], "en"),
     ("multi node training", ["ddp/multinode/"], "en"),
     ("out of memory", ["troubleshooting/", "training/memory/"], "en"),
@@ -78,6 +80,9 @@ READER_SEARCHES = [
     ("gradient accumulation", ["ddp/techniques/", "model-parallel/fsdp-practice/"], "en"),
     ("pipeline bubble", ["model-parallel/pipeline/"], "en"),
     ("DDP slower than one GPU", ["ddp/techniques/"], "en"),
+    ("merge distcp checkpoint into one file", ["model-parallel/fsdp/"], "en"),
+    ("FSDP clip_grad_norm", ["model-parallel/fsdp/"], "en"),
+    ("ShardedGradScaler", ["model-parallel/fsdp/"], "en"),
 ]
 
 
