@@ -3,9 +3,8 @@ each rank, a distributed checkpoint, and one file made from its shards afterward
 
 Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \
          snippets/model_parallel/fsdp_save.py --save /tmp/fsdp-save
-     python -m torch.distributed.checkpoint.format_utils dcp_to_torch \
-         /tmp/fsdp-save /tmp/fsdp-save.pt
-     python snippets/model_parallel/fsdp_save.py --compare /tmp/fsdp-save.pt
+     python snippets/model_parallel/fsdp_save.py \
+         --convert /tmp/fsdp-save /tmp/fsdp-save.pt
 """
 
 import argparse
@@ -22,9 +21,9 @@ parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--save", metavar="DIR",
                     help="(under torchrun) save a distributed checkpoint to DIR, and "
                          "rank 0's full state dict to DIR.full.pt")
-parser.add_argument("--compare", metavar="FILE",
-                    help="(one process) load FILE, made by dcp_to_torch from DIR, and "
-                         "compare it with DIR.full.pt")
+parser.add_argument("--convert", nargs=2, metavar=("DIR", "FILE"),
+                    help="(one process) turn the distributed checkpoint in DIR into "
+                         "one file, FILE, and compare it with DIR.full.pt")
 args = parser.parse_args()
 
 
@@ -33,19 +32,23 @@ def make_model():
     return nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256))
 
 
-# --8<-- [start:compare]
-if args.compare:  # one process, no GPU needed: the file is plain tensors
-    converted = torch.load(args.compare, weights_only=True)
-    full = torch.load(args.compare.removesuffix(".pt") + ".full.pt", weights_only=True)
-    print(f"{args.compare}: {list(converted)} -> {len(converted['model'])} tensors")
+# --8<-- [start:convert]
+if args.convert:  # one process, no process group, no GPU: plain tensors
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    directory, file = args.convert
+    dcp_to_torch_save(directory, file)  # reads every shard, writes with torch.save
+    converted = torch.load(file, weights_only=True)
+    print(f"{file}: {list(converted)} -> {len(converted['model'])} tensors")
+    full = torch.load(directory + ".full.pt", weights_only=True)
     assert converted["model"].keys() == full.keys()
     same = all(torch.equal(converted["model"][k], full[k]) for k in full)
     print(f"equal to the full state dict of rank 0: {same}")
-    plain = make_model()  # no FSDP, no process group
+    plain = make_model()  # no FSDP
     print("loads into the plain model:", plain.load_state_dict(converted["model"]))
     assert same
     sys.exit(0)
-# --8<-- [end:compare]
+# --8<-- [end:convert]
 
 if not args.save or "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun --standalone "
@@ -115,7 +118,7 @@ every_rank(held(full))
 # --8<-- [start:dcp]
 if rank == 0:
     shutil.rmtree(args.save, ignore_errors=True)  # no files of an earlier run
-    torch.save(full, args.save + ".full.pt")  # for --compare
+    torch.save(full, args.save + ".full.pt")  # for --convert to compare with
 dist.barrier()
 dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=args.save)
 if rank == 0:  # every rank wrote its own shards, in parallel

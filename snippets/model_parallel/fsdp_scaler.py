@@ -101,8 +101,9 @@ for name, make in [("torch.amp.GradScaler", lambda: torch.amp.GradScaler(device.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             stepped, scale = step(make(), overflow)
+        stepped, scale = zip(*every_rank((stepped, scale)))
         show(f"  inf in rank 0's shard: {overflow!s:5}  step taken on each rank: "
-             f"{every_rank(stepped)}, scale after: {every_rank(scale)}")
+             f"{list(stepped)}, scale after: {list(scale)}")
         for message in dict.fromkeys(str(w.message).split(", we")[0] for w in caught):
             show(f"    warning: {message}")
 # --8<-- [end:compare]
