@@ -232,6 +232,10 @@ def _search(b, lang: str, query: str) -> list[str]:
     box = b.page.locator("input.md-search__input")
     box.click()
     box.fill("")
+    box.press("End")  # an empty query: Material clears the previous results, so that the
+    b.page.wait_for_function(  # wait below cannot read the previous query's results as these
+        "() => { const m = document.querySelector('.md-search-result__meta');"
+        " return !m || /Type to start|键入以开始/.test(m.textContent) }")
     box.fill(query)
     box.press("End")  # Material searches on key events, which fill() (needed for Chinese) does not send
     b.page.wait_for_function(
