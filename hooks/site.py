@@ -7,6 +7,11 @@
   ``/search/search_index.json`` (English pages) and ``/zh/search/search_index.json`` (Chinese
   pages), and points the Chinese pages' search at theirs, so each language's search box returns
   pages in its own language.
+- Search finds the words readers type: glossary entries list, under ``search``, the words readers
+  use for a term (多机训练, 爆显存, OOM, ...) and the pages (or sections) that answer them; those
+  words go into a field of those pages' search entries that is indexed and never shown. Chinese
+  text is also indexed in jieba's search mode: a hidden field carries the parts of every compound
+  (检查点 also as 检查), so a compound and its parts both match. See README, "Search".
 - A 404 page per language: every language build writes ``404.html`` at the site root, so the last
   language built would win; this keeps each one and writes ``/404.html`` (English) and
   ``/zh/404.html`` (Chinese).
@@ -19,6 +24,7 @@ import re
 from pathlib import Path
 
 import yaml
+from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +42,98 @@ _not_found: dict[str, str] = {}  # language -> rendered 404.html, collected whil
 
 def load_glossary() -> list[dict]:
     return yaml.safe_load(GLOSSARY.read_text(encoding="utf-8"))
+
+
+# Search: two fields of every entry that the index has and the results never show (Material
+# indexes every field named in the index's config.fields and renders only title, text and tags).
+ALSO_FIELD = "also"    # the readers' words from the glossary's `search` lists, for that entry
+PARTS_FIELD = "parts"  # jieba's search-mode parts of the entry's Chinese words, not already there
+# title 1000, text 1 (Material's defaults): a reader's word weighs as much as a word of the title
+FIELD_BOOST = {ALSO_FIELD: 1000.0, PARTS_FIELD: 1.0}
+HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")  # CJK ideographs
+
+
+def page_url(src: str) -> str:
+    """docs-relative source path (``ddp/multinode.md``) -> the page's URL (``ddp/multinode/``)."""
+    if src == "index.md":
+        return ""
+    return src.removesuffix("index.md") if src.endswith("/index.md") else src.removesuffix(".md") + "/"
+
+
+def searched_as(terms: list[dict] | None = None) -> dict[str, dict[str, list[str]]]:
+    """language -> index location (``ddp/multinode/#restarts``) -> the readers' words for it.
+    The Chinese index gets the English words too: Chinese readers type OOM and NaN as well."""
+    out: dict[str, dict[str, list[str]]] = {"en": {}, "zh": {}}
+    for t in terms if terms is not None else load_glossary():
+        s = t.get("search")
+        if not s:
+            continue
+        for target in s["pages"]:
+            src, _, anchor = target.partition("#")
+            loc = page_url(src) + (f"#{anchor}" if anchor else "")
+            for lang, words in (("en", s.get("en", [])), ("zh", s.get("zh", []) + s.get("en", []))):
+                bucket = out[lang].setdefault(loc, [])
+                bucket += [w for w in words if w not in bucket]
+    return out
+
+
+_jieba_ready = False
+
+
+def _jieba():
+    """jieba, knowing the glossary's Chinese terms and the readers' Chinese words as words, so that
+    梯度累积 is one word of the index (search mode adds 梯度 and 累积); None without jieba."""
+    global _jieba_ready
+    try:
+        import jieba
+    except ImportError:  # Material's search then leaves Chinese unsegmented too
+        return None
+    if not _jieba_ready:
+        words: set[str] = set()
+        for t in load_glossary():
+            words.update(HAN.findall(t["zh"]))
+            words.update(HAN.findall(" ".join(t.get("search", {}).get("zh", []))))
+        for w in sorted(words):
+            if len(w) > 1:
+                jieba.add_word(w)
+        _jieba_ready = True
+    return jieba
+
+
+def chinese_words(text: str) -> list[str]:
+    """The Chinese words of an index field as Material's search wrote it (cut by jieba.cut and
+    joined by U+200B): each run of Han characters."""
+    return HAN.findall(text)
+
+
+def search_mode(words: list[str]) -> list[str]:
+    """Each word cut in jieba's search mode (jieba.cut_for_search: the word, then the dictionary
+    words of two and three characters inside it), as one list of words in order of first sight."""
+    jieba = _jieba()
+    seen: dict[str, None] = {}
+    for w in words:
+        for part in (jieba.cut_for_search(w) if jieba else [w]):
+            seen.setdefault(part)
+    return list(seen)
+
+
+def _segmented(words: list[str]) -> str:
+    """Words for a hidden field: separated by U+200B (part of the search separator)."""
+    return "\u200b".join(words)
+
+
+def add_search_fields(docs: list[dict], lang: str, also: dict[str, list[str]]) -> None:
+    """Fill the hidden fields of one language's index entries, in place."""
+    for doc in docs:
+        words = also.get(doc["location"])
+        if words:  # whole: the search matches a query's words as prefixes of these
+            doc[ALSO_FIELD] = _segmented(words)
+        if lang != DEFAULT:
+            words = chinese_words(doc["title"]) + chinese_words(doc["text"])
+            have = set(words)
+            parts = [w for w in search_mode(words) if w not in have]
+            if parts:
+                doc[PARTS_FIELD] = _segmented(parts)
 
 
 def _cell(text: str) -> str:
@@ -57,6 +155,13 @@ def glossary_table(lang: str) -> str:
             rows.append("| " + " | ".join(_cell(c) for c in (
                 f"**{t['en']}**", zh, t.get("en_note", ""))) + " |")
     return "\n".join(rows)
+
+
+def on_config(config):
+    """jieba knows the glossary's terms and the readers' words before the search plugin cuts any
+    page (the plugin uses the same jieba)."""
+    _jieba()
+    return config
 
 
 def _language(config) -> str:
@@ -170,6 +275,12 @@ def on_post_build(config) -> None:
     if not index.exists():
         return
     data = json.loads(index.read_text(encoding="utf-8"))
+    also = searched_as()
+    located = {doc["location"] for doc in data["docs"]}
+    missing = sorted({loc for lang, locs in also.items() for loc in locs
+                      if (loc if lang == DEFAULT else f"{lang}/{loc}") not in located})
+    if missing:  # a page or section id in the glossary's `search` lists that the site lacks
+        raise PluginError(f"hooks/glossary.yml search pages not in the search index: {missing}")
     others = [lang for lang in langs if lang != DEFAULT]
     split = {DEFAULT: []} | {lang: [] for lang in others}
     for doc in data["docs"]:
@@ -183,7 +294,9 @@ def on_post_build(config) -> None:
         doc = dict(doc, text=re.sub(r"<pre>.*?</pre>", "", doc["text"], flags=re.S))
         split[lang].append(doc)
     for lang, docs in split.items():
+        add_search_fields(docs, lang, also.get(lang, {}))
         cfg = dict(data["config"])
+        cfg["fields"] = {**cfg["fields"], **{f: {"boost": b} for f, b in FIELD_BOOST.items()}}
         # English pages need only the English pipeline; the others keep English too, for API names
         cfg["lang"] = ["en"] if lang == DEFAULT else sorted({"en", lang})
         out = index if lang == DEFAULT else site / lang / "search" / "search_index.json"

@@ -47,6 +47,44 @@ SEARCHES = [
     ("固定内存", ["glossary/"], ["zh"]),
 ]
 
+# Readers' questions, typed the way readers type them (their words, not the pages'): one of the
+# pages must be among the first TOP pages of the results. The words the pages do not use reach
+# them through the glossary's `search` lists (hooks/glossary.yml, README "Search").
+TOP = 3
+READER_SEARCHES = [
+    ("多机训练", ["ddp/multinode/"], "zh"),
+    ("断点续训", ["ddp/multinode/", "ddp/checkpoints/"], "zh"),
+    ("多机多卡", ["ddp/multinode/"], "zh"),
+    ("单机多卡", ["ddp/"], "zh"),
+    ("多卡训练", ["ddp/", "dp/"], "zh"),
+    ("分布式训练", ["ddp/"], "zh"),
+    ("爆显存", ["troubleshooting/", "training/memory/"], "zh"),
+    ("显存不够", ["troubleshooting/", "training/memory/"], "zh"),
+    ("OOM", ["troubleshooting/", "training/memory/"], "zh"),
+    ("训练卡住", ["ddp/debugging/"], "zh"),
+    ("梯度累积", ["ddp/techniques/", "model-parallel/fsdp-practice/"], "zh"),
+    ("混合精度", ["training/"], "zh"),
+    ("loss 变成 NaN", ["training/"], "zh"),
+    ("多机训练怎么配置", ["ddp/multinode/"], "zh"),
+    ("DDP 比单卡还慢", ["ddp/techniques/"], "zh"),
+    ("FSDP 保存模型显存不足", ["model-parallel/fsdp/"], "zh"),
+    ("梯度裁剪", ["model-parallel/fsdp/"], "zh"),
+    ("multi-GPU", ["ddp/"], "en"),
+    ("multi node training", ["ddp/multinode/"], "en"),
+    ("out of memory", ["troubleshooting/", "training/memory/"], "en"),
+    ("OOM", ["troubleshooting/", "training/memory/"], "en"),
+    ("NaN loss", ["training/"], "en"),
+    ("training hangs", ["ddp/debugging/"], "en"),
+    ("deadlock", ["ddp/debugging/"], "en"),
+    ("resume from checkpoint", ["ddp/multinode/", "ddp/checkpoints/"], "en"),
+    ("gradient accumulation", ["ddp/techniques/", "model-parallel/fsdp-practice/"], "en"),
+    ("pipeline bubble", ["model-parallel/pipeline/"], "en"),
+    ("DDP slower than one GPU", ["ddp/techniques/"], "en"),
+    ("merge distcp checkpoint into one file", ["model-parallel/fsdp/"], "en"),
+    ("FSDP clip_grad_norm", ["model-parallel/fsdp/"], "en"),
+    ("ShardedGradScaler", ["model-parallel/fsdp/"], "en"),
+]
+
 
 def _missing_browser() -> str | None:
     try:
@@ -199,6 +237,10 @@ def _search(b, lang: str, query: str) -> list[str]:
     box = b.page.locator("input.md-search__input")
     box.click()
     box.fill("")
+    box.press("End")  # an empty query: Material clears the previous results, so that the
+    b.page.wait_for_function(  # wait below cannot read the previous query's results as these
+        "() => { const m = document.querySelector('.md-search-result__meta');"
+        " return !m || /Type to start|键入以开始/.test(m.textContent) }")
     box.fill(query)
     box.press("End")  # Material searches on key events, which fill() (needed for Chinese) does not send
     b.page.wait_for_function(
@@ -232,6 +274,19 @@ def test_search(clean, query, expected, lang):
     assert any(p in wanted for p in paths), f"{query!r} in {lang}: {wanted} not among {paths}"
     for p in paths:  # results come from this language's pages only
         assert p.startswith("/zh/") == (lang == "zh"), f"{p} is not a {lang} page"
+
+
+@pytest.mark.parametrize("query,expected,lang", READER_SEARCHES,
+                         ids=[f"{lang}-{q}" for q, _, lang in READER_SEARCHES])
+def test_search_readers_words(clean, query, expected, lang):
+    b = clean
+    prefix = "" if lang == "en" else "zh/"
+    missing = [p for p in expected if not (b.root / prefix / p / "index.html").exists()]
+    assert not missing, f"pages {missing} are not in the site: fix READER_SEARCHES"
+    paths = _search(b, lang, query)
+    wanted = [f"/{prefix}{p}" for p in expected]
+    assert any(p in wanted for p in paths[:TOP]), \
+        f"{query!r} in {lang}: none of {wanted} among the first {TOP} results {paths[:TOP]}"
 
 
 @pytest.mark.parametrize("path,lang,title", [("no/such/page/", "en", "Page not found"),
