@@ -17,7 +17,8 @@ As a program (what the page runs)::
 
 runs CMD in bash on every host at once (``--each``), or one command per host (``--on``), waits
 for all of them (at most ``--timeout`` seconds, then kills what is left), and prints each host's
-output (stdout and stderr) in host order, each under a line ``== hostN: exit S ==``. It exits 0
+output (stdout and stderr) in host order, each under a line ``== hostN: exit S ==``
+(``--stop-on-failure``: the first failure stops the others). It exits 0
 when every command did, 1 otherwise. ``--submit CMD`` runs one command on host1 after starting a
 Slurm cluster (``--slurm``). Everything it made (processes, namespaces, links, files, daemons) is
 removed when it ends, also after an error, Ctrl-C or SIGTERM; what a SIGKILLed run left behind is
@@ -286,9 +287,13 @@ class Hosts:
             except ProcessLookupError:
                 pass
 
-    def run(self, commands: dict[str, str], timeout: float = 60,
-            env: dict | None = None) -> dict[str, tuple[int | None, str]]:
-        """Run one command per host at once; {host: (exit status or None if killed, output)}."""
+    def run(self, commands: dict[str, str], timeout: float = 60, env: dict | None = None,
+            stop_on_failure: bool = False) -> dict[str, tuple[int | str, str]]:
+        """Run one command per host at once; {host: (exit status, or why it was killed, output)}.
+
+        A command still running after ``timeout`` seconds is killed ("killed after N s"); with
+        ``stop_on_failure``, the others are killed as soon as one fails ("stopped: HOST failed").
+        """
         procs, outs, readers = {}, {}, []
         for host, cmd in commands.items():
             p = self.start(host, cmd, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -298,20 +303,26 @@ class Hosts:
             t.start()
             readers.append(t)
         end = time.monotonic() + timeout
-        timed_out = set()
-        for host, p in procs.items():
-            try:
-                p.wait(timeout=max(end - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                timed_out.add(host)
-        for host in timed_out:
-            self.kill_host(host)
-            os.killpg(procs[host].pid, signal.SIGKILL)
-            procs[host].wait()
+        why: dict[str, str] = {}
+        while any(p.poll() is None for p in procs.values()):
+            failed = [h for h, p in procs.items() if p.poll() not in (None, 0)]
+            if time.monotonic() > end or (stop_on_failure and failed):
+                for host, p in procs.items():
+                    if p.poll() is None:
+                        why[host] = (f"stopped: {failed[0]} failed" if stop_on_failure and failed
+                                     else f"killed after {timeout:g} s")
+                        self.kill_host(host)
+                        try:
+                            os.killpg(p.pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                        p.wait()
+                break
+            time.sleep(0.05)
         for t in readers:
             t.join(timeout=5)
-        return {h: (None if h in timed_out else p.returncode,
-                    b"".join(outs[h]).decode("utf-8", "replace")) for h, p in procs.items()}
+        return {h: (why.get(h, p.returncode), b"".join(outs[h]).decode("utf-8", "replace"))
+                for h, p in procs.items()}
 
     # -- Slurm --------------------------------------------------------------------------------
     def slurm(self, timeout: float = 30) -> dict:
@@ -447,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--on", nargs=2, action="append", metavar=("HOST", "CMD"), default=[],
                     help="run CMD on HOST (repeat for each host)")
     ap.add_argument("--submit", metavar="CMD", help="run CMD on host1 (with --slurm: sbatch ...)")
+    ap.add_argument("--stop-on-failure", action="store_true",
+                    help="when a command fails, kill the others")
     ap.add_argument("--show", metavar="REGEX",
                     help="print only the lines that match, each once, without log prefixes")
     args = ap.parse_args(argv)
@@ -466,10 +479,10 @@ def main(argv: list[str] | None = None) -> int:
         if not commands or unknown:
             ap.error(f"no command, or unknown hosts {sorted(unknown)}: hosts are {h.names}")
         env = h.slurm() if args.slurm else {}
-        results = h.run(commands, timeout=args.timeout, env=env)
+        results = h.run(commands, timeout=args.timeout, env=env,
+                        stop_on_failure=args.stop_on_failure)
         for host, (code, out) in results.items():
-            status = f"killed after {args.timeout:g} s" if code is None else f"exit {code}"
-            print(f"== {host}: {status} ==")
+            print(f"== {host}: {code if isinstance(code, str) else f'exit {code}'} ==")
             sys.stdout.write(shown(out, args.show))
         return 0 if all(code == 0 for code, _ in results.values()) else 1
 
