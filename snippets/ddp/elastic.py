@@ -1,6 +1,6 @@
-"""Train on nodes that may come and go: each step's batch is split over however many processes
-the rendezvous gave, a checkpoint every 2 steps, and at the end rank 0 compares the weights with
-one process trained on the whole batch.
+"""Train on nodes that may come and go: each step's batch is split over however
+many processes the rendezvous gave, a checkpoint every 2 steps, and at the end
+rank 0 compares the weights with one process trained on the whole batch.
 
     torchrun --nnodes=1:2 --nproc-per-node=2 --max-restarts=1 --rdzv-backend=c10d \
         --rdzv-endpoint=host1:29400 --rdzv-id=job1 snippets/ddp/elastic.py
@@ -23,12 +23,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=8)
-parser.add_argument("--batch", type=int, default=8, help="samples per step, all ranks together")
+parser.add_argument("--batch", type=int, default=8,
+                    help="samples per step, all ranks together")
 parser.add_argument("--timeout", type=float, default=60,
-                    help="seconds for the process group to form and for each collective")
+                    help="seconds for the process group to form and per collective")
 parser.add_argument("--crash-node-at-step", type=int, default=-1,
-                    help="node 1 goes down there, first attempt only: its torchrun agent and "
-                         "its processes are killed (SIGKILL), as in a power cut")
+                    help="node 1 goes down there, first attempt only: its torchrun "
+                         "agent and its processes are killed (SIGKILL), as in a "
+                         "power cut")
 args = parser.parse_args()
 
 if "LOCAL_RANK" not in os.environ:
@@ -55,7 +57,8 @@ if args.batch % world:
 hosts = [None] * world
 dist.all_gather_object(hosts, socket.gethostname())  # who ended up where
 # --8<-- [end:who]
-ckpt_dir = os.path.join(tempfile.gettempdir(), "ddp-elastic-" + os.environ["TORCHELASTIC_RUN_ID"])
+run_id = os.environ["TORCHELASTIC_RUN_ID"]  # the same in every attempt
+ckpt_dir = os.path.join(tempfile.gettempdir(), "ddp-elastic-" + run_id)
 path = os.path.join(ckpt_dir, "last.pt")
 
 
@@ -65,8 +68,9 @@ def make_model() -> nn.Module:
 
 
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(step)  # the whole batch of a step, fixed by its number
-    return torch.randn(args.batch, 8, generator=g), torch.randn(args.batch, 1, generator=g)
+    g = torch.Generator().manual_seed(step)  # a step's whole batch: fixed by the step
+    x = torch.randn(args.batch, 8, generator=g)
+    return x, torch.randn(args.batch, 1, generator=g)
 
 
 def save_atomic(obj, path: str) -> None:
@@ -91,7 +95,7 @@ if rank == 0:
     print(f"attempt {attempt}: {world} processes ({where}), starting at step {start}")
 
 # --8<-- [start:train]
-per_rank = args.batch // world  # the same batch, split over however many ranks there are
+per_rank = args.batch // world  # the same batch, split over however many ranks
 for step in range(start, args.steps):
     if step == args.crash_node_at_step and attempt == 0 and node == 1:
         if local_rank == 0:
@@ -100,8 +104,9 @@ for step in range(start, args.steps):
     x, y = batch(step)
     mine = slice(rank * per_rank, (rank + 1) * per_rank)
     opt.zero_grad(set_to_none=True)
-    # DDP averages the gradients over ranks: with equal shares, that is the whole batch's mean
-    nn.functional.mse_loss(ddp(x[mine].to(device)), y[mine].to(device)).backward()
+    # DDP averages the gradients over ranks: with equal shares, the whole batch's mean
+    loss = nn.functional.mse_loss(ddp(x[mine].to(device)), y[mine].to(device))
+    loss.backward()
     opt.step()
     if (step + 1) % 2 == 0:  # every 2 steps
         if rank == 0:
