@@ -18,7 +18,8 @@ As a program (what the page runs)::
 runs CMD in bash on every host at once (``--each``), or one command per host (``--on``), waits
 for all of them (at most ``--timeout`` seconds, then kills what is left), and prints each host's
 output (stdout and stderr) in host order, each under a line ``== hostN: exit S ==``
-(``--stop-on-failure``: the first failure stops the others). It exits 0
+(``--stop-on-failure``: the first failure stops the others; ``--merged``: one section for all
+hosts, when it does not matter which host prints a message first). It exits 0
 when every command did, 1 otherwise. ``--submit CMD`` runs one command on host1 after starting a
 Slurm cluster (``--slurm``). Everything it made (processes, namespaces, links, files, daemons) is
 removed when it ends, also after an error, Ctrl-C or SIGTERM; what a SIGKILLed run left behind is
@@ -460,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--submit", metavar="CMD", help="run CMD on host1 (with --slurm: sbatch ...)")
     ap.add_argument("--stop-on-failure", action="store_true",
                     help="when a command fails, kill the others")
+    ap.add_argument("--merged", action="store_true",
+                    help="one section for all hosts (with --show: each line once), for "
+                         "failures that show up on whichever host gets there first")
     ap.add_argument("--show", metavar="REGEX",
                     help="print only the lines that match, each once, without log prefixes")
     args = ap.parse_args(argv)
@@ -481,7 +485,10 @@ def main(argv: list[str] | None = None) -> int:
         env = h.slurm() if args.slurm else {}
         results = h.run(commands, timeout=args.timeout, env=env,
                         stop_on_failure=args.stop_on_failure)
-        for host, (code, out) in results.items():
+        if args.merged:
+            print("== all hosts ==")
+            sys.stdout.write(shown("".join(out for _, out in results.values()), args.show))
+        for host, (code, out) in results.items() if not args.merged else ():
             print(f"== {host}: {code if isinstance(code, str) else f'exit {code}'} ==")
             sys.stdout.write(shown(out, args.show))
         return 0 if all(code == 0 for code, _ in results.values()) else 1
