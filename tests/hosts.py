@@ -12,7 +12,7 @@ Needs root, ``ip`` (iproute2), ``unshare`` and ``nsenter`` (util-linux). With ``
 
 As a program (what the page runs)::
 
-    python tests/hosts.py [--hosts 2] [--etc-hosts cluster|debian] [--timeout 60] [--slurm]
+    python tests/hosts.py [--hosts 2] [--etc-hosts cluster|debian|self] [--timeout 100] [--slurm]
         (--each CMD | --on host1 CMD --on host2 CMD ... | --submit CMD)
 
 runs CMD in bash on every host at once (``--each``), or one command per host (``--on``), waits
@@ -453,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="cluster: every host's /etc/hosts names every host; debian: the same, "
                          "after the installer's line for the host's own name at 127.0.1.1; "
                          "self: only the host's own name")
-    ap.add_argument("--timeout", type=float, default=60, help="seconds, then kill (default 60)")
+    ap.add_argument("--timeout", type=float, default=100,
+                    help="seconds, then kill (default 100: below the page engine's 120)")
     ap.add_argument("--slurm", action="store_true", help="start a Slurm cluster first")
     ap.add_argument("--each", metavar="CMD", help="run CMD on every host")
     ap.add_argument("--on", nargs=2, action="append", metavar=("HOST", "CMD"), default=[],
