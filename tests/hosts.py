@@ -24,7 +24,7 @@ when every command did, 1 otherwise. ``--submit CMD`` runs one command on host1 
 Slurm cluster (``--slurm``). Everything it made (processes, namespaces, links, files, daemons) is
 removed when it ends, also after an error, Ctrl-C or SIGTERM; what a SIGKILLed run left behind is
 removed, by name and by process id, by the next run (``sweep``). Commands see ``HOSTS_TMP``, a
-scratch folder shared by the hosts and removed at the end.
+scratch folder shared by the hosts and removed at the end, also their ``TMPDIR``.
 
 As a module (what tests/test_hosts.py uses): ``with Hosts(2) as h: h.run(...)``, ``leftovers()``.
 """
@@ -270,6 +270,9 @@ class Hosts:
     def env(self, extra: dict | None = None) -> dict:
         e = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
         e["HOSTS_TMP"] = str(self.dir)  # a scratch folder every host sees, removed at the end
+        # and the temporary folder of this run's hosts: two runs at once (two blocks of the
+        # suite) must not share files named after the job id (elastic.py's checkpoints)
+        e["TMPDIR"] = str(self.dir)
         e.update(extra or {})
         return e
 
