@@ -227,6 +227,17 @@ def unmet(marks: list[str]) -> str | None:
             return "needs CUDA: no GPU on this machine (torch.cuda.is_available() is False)"
         if m.startswith("pytest.mark.needs_2_gpus") and dev["gpus"] < 2:
             return f"needs 2 GPUs: this machine has {dev['gpus']}"
+        if m.startswith(("pytest.mark.needs_root_netns", "pytest.mark.needs_slurm")):
+            # hosts made of network namespaces (tests/hosts.py): Linux, root, iproute2
+            if sys.platform != "linux" or os.geteuid() != 0:
+                return "needs root on Linux (network namespaces: tests/hosts.py)"
+            tools = ["ip", "unshare", "nsenter"]
+            if m.startswith("pytest.mark.needs_slurm"):
+                tools += ["slurmctld", "slurmd", "munged", "sbatch"]
+            missing = [t for t in tools if shutil.which(t) is None]
+            if missing:
+                return (f"needs {', '.join(missing)} (Debian: apt-get install iproute2"
+                        f"{' slurm-wlm munge' if 'slurmd' in tools else ''})")
     return None
 
 
