@@ -13,7 +13,7 @@ TORCH ?= torch==2.13.0
 PYTHON ?= $(VENV)/bin/python
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install test serve build bench bench-site update-outputs test-gpu gpu-wheels
+.PHONY: install test test-hosts serve build bench bench-site update-outputs test-gpu gpu-wheels
 
 $(VENV)/bin/python:
 	$(BASE_PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ serve: install
 
 build: install
 	$(PYTHON) -m mkdocs build --strict
+
+# The blocks that run on hosts of their own (network namespaces, a Slurm cluster): root only,
+# and about 75 s on 2 cores, so they are a pass of their own (README, "Hosts with their own network")
+test-hosts: install
+	DOCS_HOSTS=1 $(PYTHON) -m pytest --codeblocks -p no:cacheprovider \
+	  docs/en/ddp/multinode.md docs/zh/ddp/multinode.md tests/test_hosts.py $(PYTEST_ARGS)
 
 update-outputs: install
 	$(PYTHON) -m pytest --codeblocks --update-outputs
