@@ -51,8 +51,10 @@ os.replace(f.name, os.path.join(dumps, f"rank{rank}.pkl"))  # appears complete
 # --8<-- [start:compare]
 files = [os.path.join(dumps, f"rank{r}.pkl") for r in range(world)]
 deadline = time.monotonic() + 30
-while not all(map(os.path.exists, files)) and time.monotonic() < deadline:
-    time.sleep(0.1)  # every rank stays until all have dumped, then rank 0 reads them
+# every rank stays until all have dumped (or rank 0 has read and removed them)
+while (os.path.isdir(dumps) and not all(map(os.path.exists, files))
+       and time.monotonic() < deadline):
+    time.sleep(0.1)
 torch_dir = os.path.dirname(torch.__file__)
 if rank == 0:
     if not all(map(os.path.exists, files)):
