@@ -72,7 +72,7 @@ class BlockItem(pytest.Item):
 
 
 def pytest_collection_finish(session):
-    """Run the selected blocks in the background, DOCS_JOBS at a time (default: twice the number
+    """Run the selected blocks in the background, DOCS_JOBS at a time (default: three times the number
     of cores: many blocks spend seconds waiting on timeouts, rendezvous and restarts)."""
     blocks, every = [], None
     for item in session.items:
@@ -82,7 +82,7 @@ def pytest_collection_finish(session):
             path = item.callspec.params["path"]
             every = every if every is not None else pages.all_blocks()
             blocks += [b for b in every if path in b.snippets]
-    jobs = int(os.environ.get("DOCS_JOBS", 2 * (os.cpu_count() or 1)))
+    jobs = int(os.environ.get("DOCS_JOBS", 3 * (os.cpu_count() or 1)))
     # slow work a test module declares (pagerun_background() -> [(key, fn, args)]) goes first
     modules = {id(m): m for m in (getattr(i, "module", None) for i in session.items) if m}
     for module in modules.values():
