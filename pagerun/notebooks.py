@@ -115,6 +115,10 @@ def build(chapter: str, lang: str) -> dict:
             first.setdefault(s, i)
     for path in sorted(rel, key=lambda s: (first.get(s, len(blocks)), s)):
         runs = list({b.code: b for b in blocks if path in b.snippets}.values())
+        # blocks on hosts of their own need root and tests/hosts.py: not a notebook's to run
+        runs = [b for b in runs if not any(m.startswith(("pytest.mark.needs_root_netns",
+                                                          "pytest.mark.needs_slurm"))
+                                           for m in b.marks)]
         marks = sorted({_gpu_mark(b.marks) for b in runs} - {None})
         text = t["program"].format(path=path)
         if runs:
