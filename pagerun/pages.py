@@ -29,6 +29,7 @@ LANGS = ("en", "zh")
 RUNNABLE = ("bash", "sh", "python")
 INCLUDE = re.compile(r'--8<--\s*"([^"]+)"')
 SNIPPET_PATH = re.compile(r"\bsnippets/[\w/.-]+?\.py\b")
+SNIPPET_SCRIPT = re.compile(r"\bsnippets/[\w/.-]+?\.(?:sh|sbatch)\b")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 HEADING_ID = re.compile(r"\{\s*#([\w-]+)[^}]*\}\s*$")
 DEFAULT_TIMEOUT = 120
@@ -56,7 +57,15 @@ class Block:
 
     @property
     def snippets(self) -> list[str]:
-        return sorted(set(SNIPPET_PATH.findall(self.code)))
+        """The programs this block runs: those it names, and the ones a script it names (an
+        sbatch file) runs in turn, so that a recording fingerprints them all."""
+        found = set(SNIPPET_PATH.findall(self.code))
+        for script in SNIPPET_SCRIPT.findall(self.code):
+            found.add(script)
+            path = ROOT / script
+            if path.is_file():
+                found |= set(SNIPPET_PATH.findall(path.read_text(encoding="utf-8")))
+        return sorted(found)
 
     @property
     def timeout(self) -> int:
