@@ -1,4 +1,6 @@
-"""Old DataParallel idioms: Variable(t) and t.type(torch.cuda.FloatTensor)."""
+"""Old idioms to migrate, not to copy: Variable(t) (write t or
+t.detach().requires_grad_()) and t.type(torch.cuda.FloatTensor) (write
+t.to(x.device, torch.float32))."""
 
 import argparse
 
@@ -9,11 +11,11 @@ argparse.ArgumentParser(description=__doc__).parse_args()
 
 # --8<-- [start:variable]
 t = torch.ones(2, 3)
-v = Variable(t)  # since PyTorch 0.4 this returns a plain tensor
+v = Variable(t)  # old: since PyTorch 0.4 this returns a plain tensor; write t
 print("Variable(t) is a", type(v).__name__,
       "| same memory as t:", v.data_ptr() == t.data_ptr())
 print("isinstance(t, Variable) for any tensor t:", isinstance(t, Variable))
-w = Variable(t, requires_grad=True)  # like t.detach().requires_grad_()
+w = Variable(t, requires_grad=True)  # old; write t.detach().requires_grad_()
 print("Variable(t, requires_grad=True):", w.requires_grad, "| t:", t.requires_grad)
 # --8<-- [end:variable]
 
