@@ -41,7 +41,7 @@ CLASSES = ("cpu", "cpu-cuda-build", "gpu")
 DIRECTIVE = re.compile(r"^<!--\s*output:\s*(?P<key>[\w./-]+)(?P<opts>(?:\s+\w+=\S+)*)\s*-->\s*$")
 
 # How an output is compared with its recording: by what it means, never by its last digit. One
-# rule, in four parts, applied by ``normalise`` to both texts before they are compared:
+# rule, in three parts, applied by ``normalise`` to both texts before they are compared:
 #
 # 1. VOLATILE: what varies from run to run (times, rates, ratios, addresses, pids, calibrated
 #    sizes) is masked. Snippets print measured values with a unit (``12.3 ms``, ``4.1 GB/s``,
@@ -50,12 +50,10 @@ DIRECTIVE = re.compile(r"^<!--\s*output:\s*(?P<key>[\w./-]+)(?P<opts>(?:\s+\w+=\
 #    computing the same thing) is printed with the bound it meets and the verdict it supports:
 #    ``max abs diff 6.3e-09 (< 1e-6: equal up to float32 round-off)``. The figure is masked, the
 #    bound and the verdict are compared as text, and ``broken_bounds`` checks that the figure
-#    really is below (or above) its bound, in the run and in the recording.
-# 3. DIGESTS: a hash (12 or more hex digits) is replaced by ``<digest-N>``, numbered by first
-#    appearance: two equal hashes in one output stay equal, two different ones stay different.
-#    A hash that proves two runs identical is compared between those runs in the same test
-#    (e.g. tests/test_ddp.py), never with a recording made on other hardware.
-# 4. TORCH_WORDS: what torch prints in its own words and changes between builds and releases:
+#    really is below (or above, or equal to) its bound, in the run and in the recording. No
+#    program prints a hash: a run that must end where another ends prints its difference from
+#    one process (snippets/ddp/resume.py), and a test compares the two runs' lines.
+# 3. TORCH_WORDS: what torch prints in its own words and changes between builds and releases:
 #    its version, C++ source locations inside its messages, and the messages torch gives for
 #    "no CUDA here", which differ between the CPU-only build (``Torch not compiled with CUDA
 #    enabled``) and PyPI's default CUDA build on a machine without a GPU (``Found no NVIDIA driver
@@ -74,11 +72,10 @@ VOLATILE = [
     (re.compile(rf"\bcalibrated: {_NUM}"), "calibrated: <n>"),
 ]
 
-BOUNDED = re.compile(rf"(?P<fig>{_NUM})(?P<pad>\s*)\((?P<op><=|<|>=|>|≤|≥) ?(?P<bound>{_NUM})")
-_OPS = {"<": float.__lt__, "<=": float.__le__, "≤": float.__le__,
+BOUNDED = re.compile(rf"(?P<fig>{_NUM})(?P<pad>\s*)\((?P<op><=|<|>=|>|==|≤|≥) ?(?P<bound>{_NUM})")
+_OPS = {"<": float.__lt__, "<=": float.__le__, "≤": float.__le__, "==": float.__eq__,
         ">": float.__gt__, ">=": float.__ge__, "≥": float.__ge__}
 
-DIGEST = re.compile(r"(?<![\w<.])(?=\d*[a-f])[0-9a-f]{12,64}(?!\w)")  # a letter: not a count
 
 # torch's own words: (pattern, token). A message family lists every wording seen on the builds
 # and releases the suite has run on (torch 2.11 CUDA, 2.13 CPU and CUDA, 2.15 CUDA), with the
@@ -106,14 +103,9 @@ TORCH_WORDS = [
 ]
 
 
-def _mask_digests(text: str) -> str:
-    seen: dict[str, str] = {}
-    return DIGEST.sub(lambda m: seen.setdefault(m.group(0), f"<digest-{len(seen) + 1}>"), text)
-
-
 def normalise(text: str) -> str:
-    """What an output means (see the rule above): volatile values, bounded figures, digests and
-    torch's own words masked; trailing whitespace dropped."""
+    """What an output means (see the rule above): volatile values, bounded figures and torch's
+    own words masked; trailing whitespace dropped."""
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
     text = "\n".join(lines).strip("\n") + "\n"
     for pattern, repl in TORCH_WORDS:
@@ -122,7 +114,7 @@ def normalise(text: str) -> str:
                        text)
     for pattern, repl in VOLATILE:
         text = pattern.sub(repl, text)
-    return _mask_digests(text)
+    return text
 
 
 def broken_bounds(text: str) -> list[str]:

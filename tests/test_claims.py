@@ -38,7 +38,7 @@ VERSION = re.compile(r"\b(?:since|from|as of|in|until|before|after)\s+(?:PyTorch
 UNITS = (r"(?:ms|µs|us|ns|s|seconds?|minutes?|hours?|秒|分钟|小时|毫秒|微秒|GB|GiB|MB|MiB|KB|"
          r"KiB|TB|TiB|bytes?|字节|%|×|x|times|倍|TFLOP/s|GFLOP/s|GB/s)")
 NUMBER = re.compile(rf"(?<![\w.#/-])\d[\d,.]*\s?{UNITS}(?![\w/])")
-CLAIM_MARK = re.compile(r"<!--\s*claim:\s*(.*?)\s*-->")  # conditions may hold ">"
+CLAIM_MARK = claimlib.MARK  # one grammar: pagerun/claims.py
 OUTPUT = re.compile(r"<!--\s*output:\s*([\w/.-]+)")
 LINK = re.compile(r"\]\((?:https?://|[\w./-]*\.md#[\w-]+|#[\w-]+)")
 FENCE = re.compile(r"^\s*(```|~~~)")

@@ -50,7 +50,8 @@ def _run(args: list[str], marker: str, tmp: Path, timeout: int = 90) -> tuple[su
 
 def test_kill_and_resume_gives_the_uninterrupted_weights():
     """The page's two runs of resume.py, uninterrupted and killed at step 5 then restarted,
-    end with bit-identical weights (the hash each prints). They are the page's own blocks:
+    end with the same weights: each compares them with one process's and prints the same line
+    (the figure at the same digits, from the same weights). They are the page's own blocks:
     the collector has run them already, so this costs no extra job."""
     blocks = {b.key: b for b in pages.blocks(pages.DOCS / "en" / "ddp" / "multinode.md")}
     whole, killed = (runner.run_cached(blocks[k]) for k in ("ddp/resume", "ddp/resume-killed"))

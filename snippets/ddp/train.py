@@ -103,7 +103,8 @@ for epoch in range(EPOCHS):
 ref_flat = torch.cat([p.detach().flatten() for p in ref.parameters()])
 full_batch_diff = (ref_flat - flat).abs().max().item()
 if rank == 0:
-    print(f"max |difference| between the {world_size} replicas: {replicas_diff:.1e}")
+    print(f"max |difference| between the {world_size} replicas: {replicas_diff:.1e} "
+          "(== 0: bit-identical)")
     print(f"max |DDP - one process on the full batch|: {full_batch_diff:.1e} "
           "(< 1e-5: equal up to float32 round-off)")
 assert replicas_diff == 0.0, "the replicas diverged"
