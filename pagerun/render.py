@@ -4,7 +4,8 @@
 One tab per device class that has a recording (``outputs/cpu/KEY.txt``, ``outputs/gpu/KEY.txt``,
 and ``outputs/cpu-cuda-build/KEY.txt`` for an output that differs between builds of torch),
 each with a stamp generated from the recording's own header: torch version, device, date. A
-class with no recording says so instead of showing anything. Under the page title, a page-level
+class with no recording says so instead of showing anything. Where an output has one tab per
+build of torch, each tab's label also names the torch version of its recording. Under the page title, a page-level
 stamp sums up the same headers for every recording the page shows ("verified on"). Nothing here is
 typed by hand. A recording whose program changed since it was recorded (``recordings.stale``) is
 still shown, labelled "recorded from an earlier version of this program".
@@ -97,6 +98,9 @@ def render(key: str, needs_gpu: bool, lang: str, block=None) -> str:
                 label = t["cpu_builds"]  # beside the CUDA build's tab
             else:
                 label = t[cls]
+            if cls == "cpu-cuda-build" or label == t["cpu_builds"]:
+                # two builds side by side: the label names each one's version, from the header
+                label += " " + rec.meta.get("torch", "?")
             fence = "````" if "```" in rec.body else "```"
             stamp = t["recorded"].format(
                 date=rec.meta.get("date", "?"),

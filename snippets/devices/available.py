@@ -21,6 +21,7 @@ print("GPU count:", torch.cuda.device_count())
 for i in range(torch.cuda.device_count()):
     print(f"  cuda:{i} is a {torch.cuda.get_device_name(i)}")
 # the accelerator torch was built for, and the one this machine really has
+# (both since torch 2.7; in 2.6 the function checked at run time and took no argument)
 print("accelerator:", torch.accelerator.current_accelerator())
 print("accelerator, checked:",
       torch.accelerator.current_accelerator(check_available=True))
