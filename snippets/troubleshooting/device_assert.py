@@ -32,6 +32,7 @@ labels = torch.tensor([1, 2, 10, 3])  # 10 is out of range
 
 
 # --8<-- [start:where]
+# CPU: IndexError. GPU: torch.AcceleratorError, a RuntimeError (plain before torch 2.8)
 try:
     step(device, labels)
 except (IndexError, RuntimeError) as e:
