@@ -186,7 +186,9 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             key, _opts = parsed
             needs_gpu = any("needs_cuda" in m or "needs_2_gpus" in m for m in block_marks)
             directives.append((key, needs_gpu))
-            out.append(render(key, needs_gpu, lang, by_key.get(key)))
+            # inside an admonition (`??? note`), the tabs keep the directive's indent
+            out.append(_indent(render(key, needs_gpu, lang, by_key.get(key)),
+                               len(line) - len(line.lstrip())))
         else:
             out.append(line)
     if directives:
