@@ -67,15 +67,19 @@ def evaluate(batches):
 
 
 # --8<-- [start:fix]
+# any input the model accepts: for a rank whose batches ran out, or that had none
+DUMMY = torch.zeros(1, 8), torch.zeros(1, dtype=torch.long)
+
+
 def evaluate_padded(batches):
     steps = torch.tensor([len(batches)])
     dist.all_reduce(steps, op=dist.ReduceOp.MAX)  # the longest rank's count
     right = torch.zeros(2)
     with torch.no_grad():
         for i in range(int(steps)):
-            x, y = batches[min(i, len(batches) - 1)]
+            x, y = batches[i] if i < len(batches) else DUMMY
             hits = (model(x).argmax(1) == y).sum()  # every rank runs every forward
-            if i < len(batches):  # a repeated batch only joins the collectives
+            if i < len(batches):  # the dummy batch only joins the collectives
                 right += torch.tensor([hits, len(y)])
     dist.all_reduce(right)
     return right
@@ -94,6 +98,7 @@ if not args.fix:
     sys.exit(0)
 
 right = evaluate_padded(batches)
+only_rank_0 = evaluate_padded(batches if rank == 0 else [])  # the others: no batch
 # --8<-- [start:full]
 # or: gather the full weights (a collective: every rank calls it), evaluate anywhere
 full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
@@ -103,6 +108,8 @@ everyone = [None] * world
 dist.all_gather_object(everyone, batches)
 if rank == 0:
     print(f"padded, every rank the same forwards: {int(right[0])} of {int(right[1])}")
+    print(f"padded, only rank 0 has batches:     "
+          f"{int(only_rank_0[0])} of {int(only_rank_0[1])}")
     plain = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     plain.load_state_dict(full)  # a plain model: no collective in its forward
     with torch.no_grad():

@@ -32,7 +32,7 @@ gpus = torch.cuda.device_count()
 if gpus >= local_world:  # one GPU per process: NCCL
     device, backend = torch.device("cuda", local_rank), "nccl"
     torch.cuda.set_device(device)
-else:  # gloo moves CUDA tensors only in all_reduce and broadcast: the CPU it is
+else:  # gloo crashed on CUDA tensors in DTensor/FSDP2 collectives: use the CPU
     device, backend = torch.device("cpu"), "gloo"
     if gpus and rank == 0:
         print(f"{gpus} GPU(s) for {local_world} processes: running on the CPU")
