@@ -46,14 +46,18 @@ DIRECTIVE = re.compile(r"^<!--\s*output:\s*(?P<key>[\w./-]+)(?P<opts>(?:\s+\w+=\
 #
 # 1. VOLATILE: what varies from run to run (times, rates, ratios, addresses, pids, calibrated
 #    sizes) is masked. Snippets print measured values with a unit (``12.3 ms``, ``4.1 GB/s``,
-#    ``3.2x``) so that these rules find them.
+#    ``3.2x``) so that these rules find them. No program prints a word chosen by a timing
+#    (which part grew most, which way is faster): on a busy machine it flips. It prints the
+#    figures, in a fixed order (``grew by: data loading +0.0 ms, ..., communication +10.0 ms``,
+#    snippets/ddp/slow.py), and the page's claim on the recording says which is larger.
 # 2. BOUNDED: a figure that depends on the hardware's arithmetic (round-off between two ways of
 #    computing the same thing) is printed with the bound it meets and the verdict it supports:
 #    ``max abs diff 6.3e-09 (< 1e-6: equal up to float32 round-off)``. The figure is masked, the
 #    bound and the verdict are compared as text, and ``broken_bounds`` checks that the figure
 #    really is below (or above, or equal to) its bound, in the run and in the recording. No
 #    program prints a hash: a run that must end where another ends prints its difference from
-#    one process (snippets/ddp/resume.py), and a test compares the two runs' lines.
+#    one process (snippets/ddp/resume.py), and a test (tests/test_ddp.py) compares the two
+#    runs' final weights bit for bit, saved outside the compared output (``--save-final``).
 # 3. TORCH_WORDS: what torch prints in its own words and changes between builds and releases:
 #    its version, C++ source locations inside its messages, and the messages torch gives for
 #    "no CUDA here", which differ between the CPU-only build (``Torch not compiled with CUDA
