@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import linecache
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,21 +46,27 @@ DIRECTIVE = re.compile(r"^<!--\s*output:\s*(?P<key>[\w./-]+)(?P<opts>(?:\s+\w+=\
 #
 # 1. VOLATILE: what varies from run to run (times, rates, ratios, addresses, pids, calibrated
 #    sizes) is masked. Snippets print measured values with a unit (``12.3 ms``, ``4.1 GB/s``,
-#    ``3.2x``) so that these rules find them.
+#    ``3.2x``) so that these rules find them. No program prints a word chosen by a timing
+#    (which part grew most, which way is faster): on a busy machine it flips. It prints the
+#    figures, in a fixed order (``grew by: data loading +0.0 ms, ..., communication +10.0 ms``,
+#    snippets/ddp/slow.py), and the page's claim on the recording says which is larger.
 # 2. BOUNDED: a figure that depends on the hardware's arithmetic (round-off between two ways of
 #    computing the same thing) is printed with the bound it meets and the verdict it supports:
 #    ``max abs diff 6.3e-09 (< 1e-6: equal up to float32 round-off)``. The figure is masked, the
 #    bound and the verdict are compared as text, and ``broken_bounds`` checks that the figure
 #    really is below (or above, or equal to) its bound, in the run and in the recording. No
 #    program prints a hash: a run that must end where another ends prints its difference from
-#    one process (snippets/ddp/resume.py), and a test compares the two runs' lines.
+#    one process (snippets/ddp/resume.py), and a test (tests/test_ddp.py) compares the two
+#    runs' final weights bit for bit, saved outside the compared output (``--save-final``).
 # 3. TORCH_WORDS: what torch prints in its own words and changes between builds and releases:
 #    its version, C++ source locations inside its messages, and the messages torch gives for
 #    "no CUDA here", which differ between the CPU-only build (``Torch not compiled with CUDA
 #    enabled``) and PyPI's default CUDA build on a machine without a GPU (``Found no NVIDIA driver
 #    on your system``). Each family becomes one token. Where the build changes what a program
 #    does (not only the words), its directive says ``builds=both`` and each build has its own
-#    recording (``CLASS_DIRS``).
+#    recording (``CLASS_DIRS``). One family is dropped from both texts instead: the warnings
+#    torch gives about the reader's environment, not about the program (``ENVIRONMENT_WARNINGS``:
+#    a Python patch release, a GPU driver, NumPy), which appear on some machines only.
 _NUM = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 # Padding before a masked value (``f"{t:8.1f} ms"``) is masked with it.
 VOLATILE = [
@@ -90,7 +97,48 @@ _NO_CUDA_WORDS = [re.escape(w) for w in (
     "Found no NVIDIA driver on your system",                        # CUDA build, no driver
     "CUDA error: CUDA driver version is insufficient for CUDA runtime version",  # idem
 )]
+# Warnings about the reader's environment: torch prints them on some machines only, whatever the
+# program does. Python's warnings module prints each as ``FILE:LINE: CATEGORY: MESSAGE`` and, when
+# it can read FILE, the source line at LINE after it, indented by two spaces:
+#
+#   .../site-packages/torch/_dynamo/guards.py:1465: RuntimeWarning: Guards may run slower on
+#   Python 3.13.0. Consider upgrading to Python 3.13.1+.      (one line; torch 2.6 to 2.15 at least)
+#     warnings.warn(
+#
+# Such a warning is dropped with its source line, from the run and from the recording alike, so
+# that a run on Python 3.13.0 matches a recording made on 3.11. The family is its messages,
+# whatever the location: a warning a page is about (``broadcast_buffers`` is deprecated, sync
+# debug mode) has another message and is compared as text.
+_ENV_MESSAGES = [
+    # a Python patch release with a known bug: torch._dynamo's guards on 3.13.0, torch.jit's
+    # overload check on 3.13.8 ("Skipping overload body check due to a known CPython 3.13.8
+    # bug (...). Consider upgrading to Python 3.13.9+.")
+    r"[^\n]*Consider upgrading to Python \d",
+    # the GPU driver: older than the build's CUDA, or installed on a machine without a GPU
+    r"CUDA initialization: (?:The NVIDIA driver on your system is too old"
+    r"|CUDA driver initialization failed, you might not have a CUDA gpu)",
+    # NumPy missing, or built for another ABI than torch's
+    r"Failed to initialize NumPy: ",
+]
+ENVIRONMENT_WARNINGS = re.compile(
+    rf"^(?P<file>[^\n]*?):(?P<line>\d+): \w*Warning: (?:{'|'.join(_ENV_MESSAGES)})[^\n]*\n"
+    r"(?P<src>  \S[^\n]*\n)?", re.M)
+
+
+def _drop_environment_warning(m: re.Match) -> str:
+    """The warning goes, and the line after it if it is the warning's source line: the line the
+    file has at LINE where this machine can read it, else any indented line after a location in
+    an installed package (torch's own code, printed on the machine that recorded it)."""
+    src = m.group("src")
+    if src is None:
+        return ""
+    real = linecache.getline(m.group("file"), int(m.group("line"))).strip()
+    ours = real == src.strip() if real else "-packages/" in m.group("file")
+    return "" if ours else src
+
+
 TORCH_WORDS = [
+    (ENVIRONMENT_WARNINGS, _drop_environment_warning),  # first: it reads the paths as printed
     (re.compile(r"\btorch (\d+\.\d+\.\d+(?:[.+][\w.]+)?)"), "torch <version>"),
     (re.compile(r"\b([\w/.-]+\.(?:cc|cpp|cu|h|hpp)):\d+\b"), r"\1:<line>"),
     # a warning's location inside torch: where the environment lives, and the line
@@ -105,7 +153,7 @@ TORCH_WORDS = [
 
 def normalise(text: str) -> str:
     """What an output means (see the rule above): volatile values, bounded figures and torch's
-    own words masked; trailing whitespace dropped."""
+    own words masked, warnings about the environment dropped; trailing whitespace dropped."""
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
     text = "\n".join(lines).strip("\n") + "\n"
     for pattern, repl in TORCH_WORDS:

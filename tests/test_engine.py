@@ -143,3 +143,79 @@ def test_a_fingerprint_is_the_same_on_every_python():
     assert recordings.fingerprint_of("x.py", program) == "f20abc1a7caa"
     wrapped = b"def f(x: int\n      ) -> int:\n    return x\n\n\nclass A:\n    pass\n"
     assert recordings.fingerprint_of("x.py", wrapped) == "f20abc1a7caa"
+
+
+# Python 3.13.0 as the warnings module prints torch's warning (torch/_dynamo/guards.py issues it
+# with warnings.warn(..., RuntimeWarning), the call starting on the line it names), on a reader's
+# machine: a path the tests cannot read
+GUARDS_3_13_0 = (
+    "/home/reader/.venv/lib/python3.13/site-packages/torch/_dynamo/guards.py:1464: "
+    "RuntimeWarning: Guards may run slower on Python 3.13.0. Consider upgrading to Python "
+    "3.13.1+.\n  warnings.warn(\n")
+
+
+def _with_lines(body: str, after: str, extra: str) -> str:
+    """``body`` with ``extra`` inserted after its first line that starts with ``after``."""
+    lines = body.splitlines(keepends=True)
+    i = next(n for n, line in enumerate(lines) if line.startswith(after))
+    return "".join(lines[:i + 1]) + extra + "".join(lines[i + 1:])
+
+
+def test_a_warning_about_the_readers_python_is_not_a_difference():
+    """A run on Python 3.13.0 prints dynamo's guard warning (with its source line), once per
+    process and compiled graph; the recording, made on 3.11, has none."""
+    rec = recordings.load("cpu", "training/compile_ddp")
+    run = _with_lines(rec.body, "2 processes", GUARDS_3_13_0 * 2)
+    run = _with_lines(run, "optimize_ddp=False", GUARDS_3_13_0)
+    assert run.count("Guards may run slower") == 3
+    assert recordings.normalise(run) == recordings.normalise(rec.body)
+    # where the warnings module found no source line, there is only the warning's own line
+    bare = _with_lines(rec.body, "2 processes", GUARDS_3_13_0.split("\n")[0] + "\n")
+    assert recordings.normalise(bare) == recordings.normalise(rec.body)
+    # the same family: another Python patch release, the driver, NumPy
+    for message in (
+            "UserWarning: Skipping overload body check due to a known CPython 3.13.8 bug "
+            "(https://github.com/python/cpython/issues/139783). Consider upgrading to Python "
+            "3.13.9+.",
+            "UserWarning: CUDA initialization: The NVIDIA driver on your system is too old "
+            "(found version 11040). Please update your GPU driver by downloading and installing "
+            "a new version from the URL: http://www.nvidia.com/Download/index.aspx (Triggered "
+            "internally at /pytorch/c10/cuda/CUDAFunctions.cpp:119.)",
+            "UserWarning: Failed to initialize NumPy: _ARRAY_API not found (Triggered internally "
+            "at /pytorch/torch/csrc/utils/tensor_numpy.cpp:84.)"):
+        warning = f"/opt/py/lib/python3.12/site-packages/torch/cuda/__init__.py:182: {message}\n"
+        run = _with_lines(rec.body, "2 processes", warning + "  return f() > 0\n")
+        assert recordings.normalise(run) == recordings.normalise(rec.body), message
+
+
+def test_the_line_after_an_environment_warning_is_dropped_only_if_it_is_its_source(tmp_path):
+    """Where the file is readable, the source line is the file's own line; a line of the
+    program's output that follows the warning stays."""
+    src = tmp_path / "guards.py"
+    src.write_text("import warnings\n\nwarnings.warn(\n    'Guards may run slower ...')\n")
+    warning = (f"{src}:3: RuntimeWarning: Guards may run slower on Python 3.13.0. Consider "
+               "upgrading to Python 3.13.1+.\n")
+    assert recordings.normalise(f"a\n{warning}  warnings.warn(\nb\n") == "a\nb\n"
+    assert recordings.normalise(f"a\n{warning}  rank 1: 0.150\nb\n") == "a\n  rank 1: 0.150\nb\n"
+
+
+def test_a_warning_a_page_is_about_is_still_compared():
+    """The rule drops the environment's warnings only: an output whose warning is its lesson
+    fails when the warning disappears or changes."""
+    cases = [(recordings.load("cpu", "ddp/buffers"),
+              "broadcast_buffers=False: FutureWarning `broadcast_buffers` is deprecated"),
+             (recordings.load("gpu", "cuda/hidden_sync"),
+              "UserWarning: Synchronization debug mode is a prototype feature")]
+    for rec, warning in cases:
+        assert rec is not None and warning in rec.body, rec
+        lines = rec.body.splitlines(keepends=True)
+        i = next(n for n, line in enumerate(lines) if warning in line)
+        gone = "".join(lines[:i] + lines[i + 1:])
+        changed = rec.body.replace(warning, warning.replace("deprecated", "removed")
+                                   .replace("prototype", "stable"))
+        assert recordings.normalise(gone) != recordings.normalise(rec.body), warning
+        assert recordings.normalise(changed) != recordings.normalise(rec.body), warning
+    # printed by the warnings module like the environment's warnings, with their source line
+    deprecated = ("/x/site-packages/torch/nn/parallel/distributed.py:512: FutureWarning: "
+                  "`broadcast_buffers` is deprecated\n  warnings.warn(\n")
+    assert recordings.normalise(deprecated).count("FutureWarning") == 1

@@ -23,6 +23,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=8)
 parser.add_argument("--kill-at-step", type=int, default=-1,
                     help="rank 1 kills itself there, first attempt only")
+parser.add_argument("--save-final", metavar="PATH",
+                    help="rank 0 saves the final weights there (model.state_dict())")
 args = parser.parse_args()
 
 if "LOCAL_RANK" not in os.environ:
@@ -114,6 +116,8 @@ if rank == 0:  # the same steps in one process, on every rank's data at once
     print(f"done after {args.steps} steps; against one process: "
           f"max abs diff {diff:.1e} ({verdict})")
     shutil.rmtree(ckpt_dir, ignore_errors=True)
+    if args.save_final:  # to compare two runs bit for bit (tests/test_ddp.py)
+        torch.save(model.state_dict(), args.save_final)
 
 del ddp, opt
 gc.collect()
