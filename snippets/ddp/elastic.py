@@ -3,7 +3,8 @@ many processes the rendezvous gave, a checkpoint every 2 steps, and at the end
 rank 0 compares the weights with one process trained on the whole batch.
 
     torchrun --nnodes=1:2 --nproc-per-node=2 --max-restarts=1 --rdzv-backend=c10d \
-        --rdzv-endpoint=host1:29400 --rdzv-id=job1 snippets/ddp/elastic.py
+        --rdzv-endpoint=host1:29400 --rdzv-id=job1 snippets/ddp/elastic.py \
+        --ckpt-dir /shared/checkpoints
 """
 
 import argparse
@@ -25,6 +26,11 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=8)
 parser.add_argument("--batch", type=int, default=8,
                     help="samples per step, all ranks together")
+parser.add_argument("--ckpt-dir", default=tempfile.gettempdir(),
+                    help="where to keep the checkpoint (in a folder named after the "
+                         "job id, removed at the end); on several nodes, a folder on a "
+                         "file system every node mounts, not the default: this "
+                         "machine's temporary folder")
 parser.add_argument("--timeout", type=float, default=60,
                     help="seconds for the process group to form and per collective")
 parser.add_argument("--crash-node-at-step", type=int, default=-1,
@@ -38,16 +44,20 @@ if "LOCAL_RANK" not in os.environ:
              "torchrun --standalone --nproc-per-node=2 snippets/ddp/elastic.py")
 
 local_rank = int(os.environ["LOCAL_RANK"])
-local_world = int(os.environ["LOCAL_WORLD_SIZE"])
-gpus = torch.cuda.device_count()
-if gpus:  # fewer GPUs than processes here: the processes share them
-    device = torch.device("cuda", local_rank % gpus)
-    torch.cuda.set_device(device)
-    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
-else:
-    device, backend = torch.device("cpu"), "gloo"
-dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))
-rank, world = dist.get_rank(), dist.get_world_size()
+gpus = torch.cuda.device_count()  # the GPUs this process can see
+device = torch.device("cuda", local_rank % gpus) if gpus else torch.device("cpu")
+if gpus:
+    torch.cuda.set_device(device)  # before any other CUDA work
+# The device rule (hello.py): NCCL only if no two processes got the same GPU, by UUID
+timeout = timedelta(seconds=args.timeout)
+store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+uuid = str(torch.cuda.get_device_properties(device).uuid) if gpus else "cpu"
+store.set(f"device/{rank}", uuid)
+devices = set(store.multi_get([f"device/{r}" for r in range(world)]))
+own = b"cpu" not in devices and len(devices) == world  # a GPU of its own each
+backend = "nccl" if own else "gloo"
+dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                        timeout=timeout)
 node = int(os.environ["GROUP_RANK"])  # this node's number in this attempt
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 if args.batch % world:
@@ -58,7 +68,7 @@ hosts = [None] * world
 dist.all_gather_object(hosts, socket.gethostname())  # who ended up where
 # --8<-- [end:who]
 run_id = os.environ["TORCHELASTIC_RUN_ID"]  # the same in every attempt
-ckpt_dir = os.path.join(tempfile.gettempdir(), "ddp-elastic-" + run_id)
+ckpt_dir = os.path.join(args.ckpt_dir, "ddp-elastic-" + run_id)
 path = os.path.join(ckpt_dir, "last.pt")
 
 
@@ -84,12 +94,25 @@ def save_atomic(obj, path: str) -> None:
 model = make_model().to(device)
 ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-start = 0
-if os.path.exists(path):  # a restart: carry on from the last complete checkpoint
+# --8<-- [start:resume]
+ckpt = None
+if rank == 0 and os.path.exists(path):  # rank 0 decides: a restart, from this file
     ckpt = torch.load(path, map_location=device, weights_only=True)
+start = [ckpt["step"] if ckpt else 0]
+dist.broadcast_object_list(start, src=0)  # every rank starts where rank 0 starts
+start = start[0]
+if start and rank != 0 and os.path.exists(path):
+    ckpt = torch.load(path, map_location=device, weights_only=True)
+read = [None] * world  # the step each rank found: a folder of its own node's shows here
+dist.all_gather_object(read, ckpt["step"] if ckpt else 0)
+if read != [start] * world:  # every rank stops; rank 0 says why
+    sys.exit(f"rank 0 resumes at step {start} from {path}, but the ranks read the "
+             f"steps {read} there: --ckpt-dir must be a folder every node shares"
+             if rank == 0 else 1)
+if ckpt:
     model.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["optim"])
-    start = ckpt["step"]
+# --8<-- [end:resume]
 if rank == 0:
     where = ", ".join(f"{h}: {hosts.count(h)}" for h in dict.fromkeys(hosts))
     print(f"attempt {attempt}: {world} processes ({where}), starting at step {start}")

@@ -11,34 +11,33 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
-                    help="auto: the device rule below; gloo: also for CUDA tensors")
-args = parser.parse_args()
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: "
              "torchrun --standalone --nproc-per-node=2 snippets/ddp/hello.py")
 
 # --8<-- [start:setup]
-rank = int(os.environ["RANK"])  # set by the launcher (torchrun) for every process
-local_rank = int(os.environ["LOCAL_RANK"])  # its number on its own machine
-local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
-gpus = torch.cuda.device_count()
-if gpus:  # fewer GPUs than processes on this machine: processes share GPUs
-    device = torch.device("cuda", local_rank % gpus)
+local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun: its number on its machine
+gpus = torch.cuda.device_count()  # the GPUs this process can see
+device = torch.device("cuda", local_rank % gpus) if gpus else torch.device("cpu")
+if gpus:
     torch.cuda.set_device(device)  # before anything else touches the GPU
-    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
-else:
-    device, backend = torch.device("cpu"), "gloo"
-if args.backend != "auto":
-    backend = args.backend
-# MASTER_ADDR and MASTER_PORT (also set by torchrun) say where to meet.
-dist.init_process_group(backend, timeout=timedelta(seconds=60))
-if rank == 0:
-    procs = f"{local_world} process{'es' * (local_world > 1)}"
-    where = f"{gpus} GPU{'s' * (gpus > 1)}" if gpus else "the CPU"
-    verb = "share" if gpus and gpus < local_world else "on"
-    print(f"{procs} {verb} {where} on this node: {backend}")
+# MASTER_ADDR and MASTER_PORT (also set by torchrun) say where the job's key-value store
+# is; RANK and WORLD_SIZE, who this process is and how many there are.
+timeout = timedelta(seconds=60)
+store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+# Does every process have a GPU of its own? Indices cannot tell (a launcher may show
+# each process only its own GPU, as cuda:0); UUIDs can. Each posts its own, reads all.
+uuid = str(torch.cuda.get_device_properties(device).uuid) if gpus else "cpu"
+store.set(f"device/{rank}", uuid)
+devices = set(store.multi_get([f"device/{r}" for r in range(world)]))
+own = b"cpu" not in devices and len(devices) == world  # NCCL needs one GPU per process
+backend = "nccl" if own else "gloo"
+dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                        timeout=timeout)
+if rank == 0:  # which case of the rule ran: "2 processes on 1 GPU(s): gloo" = sharing
+    where = "the CPU" if b"cpu" in devices else f"{len(devices)} GPU(s)"
+    print(f"{world} processes on {where}: {backend}")
 # --8<-- [end:setup]
 
 # --8<-- [start:talk]

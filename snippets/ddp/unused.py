@@ -19,18 +19,23 @@ if "LOCAL_RANK" not in os.environ:
              "torchrun --standalone --nproc-per-node=2 snippets/ddp/unused.py")
 
 local_rank = int(os.environ["LOCAL_RANK"])
-local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
-gpus = torch.cuda.device_count()
-if gpus:  # fewer GPUs than processes here: the processes share them
-    device = torch.device("cuda", local_rank % gpus)
+gpus = torch.cuda.device_count()  # the GPUs this process can see
+device = torch.device("cuda", local_rank % gpus) if gpus else torch.device("cpu")
+if gpus:
     torch.cuda.set_device(device)  # before any other CUDA work
-    backend = "nccl" if gpus >= local_world else "gloo"  # NCCL: one GPU per process
-else:
-    device, backend = torch.device("cpu"), "gloo"
-dist.init_process_group(backend, timeout=timedelta(seconds=60))
-if dist.get_rank() == 0:  # which case of the device rule ran
-    print(f"{local_world} processes, {gpus} GPUs here: {backend} on {device.type}")
-rank = dist.get_rank()
+# The device rule (hello.py): NCCL only if no two processes got the same GPU, by UUID
+timeout = timedelta(seconds=60)
+store, rank, world_size = next(dist.rendezvous("env://", timeout=timeout))
+uuid = str(torch.cuda.get_device_properties(device).uuid) if gpus else "cpu"
+store.set(f"device/{rank}", uuid)
+devices = set(store.multi_get([f"device/{r}" for r in range(world_size)]))
+own = b"cpu" not in devices and len(devices) == world_size  # a GPU of its own each
+backend = "nccl" if own else "gloo"
+dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                        timeout=timeout)
+if rank == 0:  # which case of the device rule ran
+    where = "the CPU" if b"cpu" in devices else f"{len(devices)} GPU(s)"
+    print(f"{world_size} processes on {where}: {backend}")
 ids = [device.index] if device.type == "cuda" else None
 
 
