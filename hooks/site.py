@@ -7,11 +7,13 @@
   ``/search/search_index.json`` (English pages) and ``/zh/search/search_index.json`` (Chinese
   pages), and points the Chinese pages' search at theirs, so each language's search box returns
   pages in its own language.
-- Search finds the words readers type: glossary entries list, under ``search``, the words readers
-  use for a term (多机训练, 爆显存, OOM, ...) and the pages (or sections) that answer them; those
-  words go into a field of those pages' search entries that is indexed and never shown. Chinese
-  text is also indexed in jieba's search mode: a hidden field carries the parts of every compound
-  (检查点 also as 检查), so a compound and its parts both match. See README, "Search".
+- Search finds the page that teaches a term first, and the words readers type: a glossary entry
+  names the page (or section) that teaches it (``taught``), whose search entry gets the term's
+  names in a heavy field; and it lists, under ``search``, the words readers use (多机训练, 爆显存,
+  OOM, ...) and the pages that answer them, which get those words in a field as heavy as a title.
+  Both fields are indexed and never shown. Chinese text is also indexed in jieba's search mode: a
+  hidden field carries the parts of every compound (检查点 also as 检查), so a compound and its
+  parts both match. See README, "Search".
 - A 404 page per language: every language build writes ``404.html`` at the site root, so the last
   language built would win; this keeps each one and writes ``/404.html`` (English) and
   ``/zh/404.html`` (Chinese).
@@ -44,13 +46,36 @@ def load_glossary() -> list[dict]:
     return yaml.safe_load(GLOSSARY.read_text(encoding="utf-8"))
 
 
-# Search: two fields of every entry that the index has and the results never show (Material
-# indexes every field named in the index's config.fields and renders only title, text and tags).
-ALSO_FIELD = "also"    # the readers' words from the glossary's `search` lists, for that entry
-PARTS_FIELD = "parts"  # jieba's search-mode parts of the entry's Chinese words, not already there
-# title 1000, text 1 (Material's defaults): a reader's word weighs as much as a word of the title
-FIELD_BOOST = {ALSO_FIELD: 1000.0, PARTS_FIELD: 1.0}
-HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")  # CJK ideographs
+# Search: hidden fields of an index entry, which Material searches and never shows (it indexes
+# every field named in the index's config.fields and renders only title, text and tags). README,
+# "Search", says how they rank; tests/test_search.py ranks with Material's own search to check it.
+TERM_FIELD = "term"           # a section that teaches a glossary term (its `taught`): the term's names
+PAGE_TERM_FIELD = "pageterm"  # the same on a page that teaches one
+ALSO_FIELD = "also"           # the readers' words of the glossary's `search` lists, on their pages
+PARTS_FIELD = "parts"         # jieba's search-mode parts of the entry's Chinese words, not already there
+CUTS_FIELD = "cuts"           # words that only make a query cut right (query_words): weightless
+# title 1000, text 1 (Material's defaults). A name weighs ten titles on the entry that teaches it:
+# that entry comes first for the name, before the pages whose titles or readers' words share some
+# of its words. Material multiplies a page's score by up to 5 and a section's by up to 2 after lunr
+# has scored them ("post-query boosts", integrations/search/_), so a section's names weigh 2.5
+# times a page's, and a name weighs the same on either. A reader's word weighs a title.
+NAME_BOOST = 10000.0
+FIELD_BOOST = {TERM_FIELD: 2.5 * NAME_BOOST, PAGE_TERM_FIELD: NAME_BOOST, ALSO_FIELD: 1000.0,
+               PARTS_FIELD: 1.0, CUTS_FIELD: 1e-9}  # 1e-9: lunr reads a boost of 0 as 1
+# Appended to each Chinese word of a name: a word of its own, on the entries that teach a term of
+# that name only. lunr weighs a word by its rarity in the whole index (idf), so 张量, on most pages,
+# would weigh a fifth of 张量并行, on a few, and a query that reaches both would rank the page that
+# teaches 张量并行 first. A query reaches the marked word all the same (Material ends every piece of
+# a query with a wildcard). English names share their words (tensor, tensor parallel), which
+# keep the index's weights: GPU, on every page, stays light. U+9FA5 is the last character of the
+# word characters of lunr-languages' Chinese trimmer (一-龥), which would otherwise cut it off.
+NAME_MARK = "\u9fa5"
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+HAN = re.compile(f"[{_HAN}]+")  # CJK ideographs
+RUNS = re.compile(f"[{_HAN}]+|[^{_HAN}]+")  # runs of CJK ideographs and of anything else
+# Where a typed word ends (the one-character part of the search separator, mkdocs.yml): DataLoader
+# is one word, all-reduce two.
+QUERY_SPLIT = re.compile(r"[\s\u200b\-_,:!=\[\]()\"`/.]")
 
 
 def page_url(src: str) -> str:
@@ -60,20 +85,76 @@ def page_url(src: str) -> str:
     return src.removesuffix("index.md") if src.endswith("/index.md") else src.removesuffix(".md") + "/"
 
 
-def searched_as(terms: list[dict] | None = None) -> dict[str, dict[str, list[str]]]:
-    """language -> index location (``ddp/multinode/#restarts``) -> the readers' words for it.
-    The Chinese index gets the English words too: Chinese readers type OOM and NaN as well."""
-    out: dict[str, dict[str, list[str]]] = {"en": {}, "zh": {}}
+def location(target: str) -> str:
+    """A glossary target (``ddp/multinode.md#restarts``) -> its index location (``ddp/multinode/#restarts``)."""
+    src, _, anchor = target.partition("#")
+    return page_url(src) + (f"#{anchor}" if anchor else "")
+
+
+def _words(lang: str, words: dict) -> list[str]:
+    """A language's words of a `search` list; the Chinese search gets the English words too:
+    Chinese readers type OOM and NaN as well."""
+    return words.get(lang, []) + (words.get("en", []) if lang != DEFAULT else [])
+
+
+def search_lists(term: dict) -> list[dict]:
+    """A term's `search` lists: one mapping, or a list of them."""
+    s = term.get("search") or []
+    return [s] if isinstance(s, dict) else list(s)
+
+
+def names(term: dict, lang: str) -> list[str]:
+    """What a reader types for the term itself, in a language: the term (the Chinese index: the
+    Chinese term, then the English one) and the words of its `search` lists that name no pages
+    (they lead to the page that teaches it)."""
+    out = [term["en"]] if lang == DEFAULT else [term["zh"], term["en"]]
+    for s in search_lists(term):
+        if "pages" not in s:
+            out += [w for w in _words(lang, s) if w not in out]
+    return out
+
+
+def query_words(words: list[str]) -> list[str]:
+    """What the index needs for a query that types one of these words to be cut into that word:
+    each Chinese word of three or more characters, less its last character (CUTS_FIELD). Material
+    cuts a Chinese query into the longest words of the index that start at each of its characters,
+    but never takes the whole query as one word (integrations/search/query/segment, 9.x): with 锁页内
+    in the index, 锁页内存 is searched as 锁页内*, which only words starting with 锁页内 match;
+    without it, as 锁页* and 内*, and 内* matches 内存不足, 内层 and every other word that starts
+    with 内. (A word of two characters is searched as its first character, whatever the index has.)"""
+    return list(dict.fromkeys(run[:-1] for w in words for run in HAN.findall(w) if len(run) >= 3))
+
+
+def search_fields(terms: list[dict] | None = None) -> dict[str, dict[str, dict[str, list[str]]]]:
+    """language -> index location -> hidden field -> its words.
+
+    The entry a term names as `taught` gets its names in TERM_FIELD (PAGE_TERM_FIELD on a page) and
+    the words its queries need in CUTS_FIELD; the pages a `search` list names get its words in
+    ALSO_FIELD."""
+    out: dict[str, dict[str, dict[str, list[str]]]] = {"en": {}, "zh": {}}
+
+    def add(lang: str, loc: str, field: str, words: list[str]) -> None:
+        if not words:
+            return
+        bucket = out[lang].setdefault(loc, {}).setdefault(field, [])
+        bucket += [w for w in words if w not in bucket]
+
     for t in terms if terms is not None else load_glossary():
-        s = t.get("search")
-        if not s:
-            continue
-        for target in s["pages"]:
-            src, _, anchor = target.partition("#")
-            loc = page_url(src) + (f"#{anchor}" if anchor else "")
-            for lang, words in (("en", s.get("en", [])), ("zh", s.get("zh", []) + s.get("en", []))):
-                bucket = out[lang].setdefault(loc, [])
-                bucket += [w for w in words if w not in bucket]
+        lists = search_lists(t)
+        if t.get("taught"):
+            loc = location(t["taught"])
+            for lang in out:
+                words = names(t, lang)
+                add(lang, loc, TERM_FIELD if "#" in loc else PAGE_TERM_FIELD, words)
+                add(lang, loc, CUTS_FIELD, query_words(words))
+        elif any("pages" not in s for s in lists):
+            raise ValueError(f"hooks/glossary.yml: {t['en']!r} has a `search` list without "
+                             "`pages` but no `taught` page for it to lead to")
+        for s in lists:
+            for target in s.get("pages", []):
+                for lang in out:
+                    add(lang, location(target), ALSO_FIELD, _words(lang, s))
+                    add(lang, location(target), CUTS_FIELD, query_words(_words(lang, s)))
     return out
 
 
@@ -92,7 +173,8 @@ def _jieba():
         words: set[str] = set()
         for t in load_glossary():
             words.update(HAN.findall(t["zh"]))
-            words.update(HAN.findall(" ".join(t.get("search", {}).get("zh", []))))
+            for lst in search_lists(t):
+                words.update(HAN.findall(" ".join(lst.get("zh", []))))
         for w in sorted(words):
             if len(w) > 1:
                 jieba.add_word(w)
@@ -122,12 +204,39 @@ def _segmented(words: list[str]) -> str:
     return "\u200b".join(words)
 
 
-def add_search_fields(docs: list[dict], lang: str, also: dict[str, list[str]]) -> None:
+def name_repeats(name: str) -> int:
+    """How many times a name's words go into its field: 3 for a name of one word as typed
+    (DataLoader is one; a Chinese word of up to two characters is one, of three or four two), 2
+    for two words, 1 for more. lunr counts repeats (tf), up to about twice the weight of one: of
+    the names a query reaches, the one with the fewest words besides the query's ranks first
+    (tensor before tensor parallel, 张量 before 张量并行)."""
+    words = sum(-(-len(run) // 2) if HAN.fullmatch(run) else 1
+                for word in QUERY_SPLIT.split(name) if word for run in RUNS.findall(word))
+    return max(1, 4 - words)
+
+
+def name_words(names: list[str], separator: str) -> list[str]:
+    """The words of a name field: each word of the names (split as Material's tokenizer splits
+    them), Chinese ones marked (NAME_MARK), as many times as the shortest name with it asks
+    (name_repeats)."""
+    repeats: dict[str, int] = {}
+    for name in names:
+        for word in re.split(separator, name):
+            if word.strip():
+                word += NAME_MARK if HAN.search(word) else ""
+                repeats[word] = max(repeats.get(word, 0), name_repeats(name))
+    return [w for w, n in repeats.items() for _ in range(n)]
+
+
+def add_search_fields(docs: list[dict], lang: str, fields: dict[str, dict[str, list[str]]],
+                      separator: str) -> None:
     """Fill the hidden fields of one language's index entries, in place."""
     for doc in docs:
-        words = also.get(doc["location"])
-        if words:  # whole: the search matches a query's words as prefixes of these
-            doc[ALSO_FIELD] = _segmented(words)
+        for field, words in fields.get(doc["location"], {}).items():
+            if field in (TERM_FIELD, PAGE_TERM_FIELD):
+                words = name_words(words, separator)
+            # whole: the search matches a query's pieces as prefixes of these
+            doc[field] = _segmented(words)
         if lang != DEFAULT:
             words = chinese_words(doc["title"]) + chinese_words(doc["text"])
             have = set(words)
@@ -275,12 +384,12 @@ def on_post_build(config) -> None:
     if not index.exists():
         return
     data = json.loads(index.read_text(encoding="utf-8"))
-    also = searched_as()
+    fields = search_fields()
     located = {doc["location"] for doc in data["docs"]}
-    missing = sorted({loc for lang, locs in also.items() for loc in locs
+    missing = sorted({loc for lang, locs in fields.items() for loc in locs
                       if (loc if lang == DEFAULT else f"{lang}/{loc}") not in located})
-    if missing:  # a page or section id in the glossary's `search` lists that the site lacks
-        raise PluginError(f"hooks/glossary.yml search pages not in the search index: {missing}")
+    if missing:  # a page or section id in the glossary's `taught` or `search` that the site lacks
+        raise PluginError(f"hooks/glossary.yml: pages not in the search index: {missing}")
     others = [lang for lang in langs if lang != DEFAULT]
     split = {DEFAULT: []} | {lang: [] for lang in others}
     for doc in data["docs"]:
@@ -294,7 +403,7 @@ def on_post_build(config) -> None:
         doc = dict(doc, text=re.sub(r"<pre>.*?</pre>", "", doc["text"], flags=re.S))
         split[lang].append(doc)
     for lang, docs in split.items():
-        add_search_fields(docs, lang, also.get(lang, {}))
+        add_search_fields(docs, lang, fields.get(lang, {}), data["config"]["separator"])
         cfg = dict(data["config"])
         cfg["fields"] = {**cfg["fields"], **{f: {"boost": b} for f, b in FIELD_BOOST.items()}}
         # English pages need only the English pipeline; the others keep English too, for API names

@@ -56,6 +56,21 @@ def test_glossary_data_is_well_formed():
         for alt in t.get("avoid", []):
             # an alternative inside the term itself would flag every correct use
             assert alt not in t["zh"] and alt not in t.get("first", ""), (t["en"], alt)
+    for t in TERMS:  # the pages search sends readers to exist, in both languages
+        lists = site_hook.search_lists(t)
+        targets = [t["taught"]] if t.get("taught") else []
+        for s in lists:
+            assert set(s) <= {"pages", "en", "zh"} and (s.get("en") or s.get("zh")), (t["en"], s)
+            assert "pages" in s or t.get("taught"), f"{t['en']}: a `search` list without `pages` needs `taught`"
+            targets += s.get("pages", [])
+        for target in targets:
+            src, _, anchor = target.partition("#")
+            for lang in ("en", "zh"):
+                page = pages.DOCS / lang / src
+                assert page.is_file(), f"{t['en']}: {target} is not a page of docs/{lang}"
+                if anchor:
+                    assert re.search(rf"\{{\s*#{re.escape(anchor)}\s*\}}", page.read_text(encoding="utf-8")), \
+                        f"{t['en']}: no section {{ #{anchor} }} in docs/{lang}/{src}"
     all_terms = {t["zh"] for t in TERMS} | {t.get("first", "") for t in TERMS}
     for t in TERMS:
         for alt in t.get("avoid", []):
@@ -130,15 +145,20 @@ def test_message_checks_can_fail():
 
 # Spacing between Chinese and Latin text: a space between a CJK character and a Latin letter, a
 # digit or inline code (`x`), and no space between two CJK characters (Chinese has no spaces
-# between words). Full-width punctuation (，。：“”（）) needs no space on either side.
+# between words). Full-width punctuation (，。：“”（）) takes no space on either side. A link's
+# brackets are not text: 见[float16 …](…) reads as 见float16 and is spaced as that.
 CJK = r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
-SPACING = re.compile(rf"{CJK}(?=[A-Za-z0-9`])|[A-Za-z0-9`](?={CJK})|{CJK} +(?={CJK})")
+FULL_WIDTH = "，。：；！？（）“”‘’、《》「」"
+WIDE = rf"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff{FULL_WIDTH}]"  # CJK or full-width punctuation
+SPACING = re.compile(rf"{CJK}(?=[A-Za-z0-9`])|[A-Za-z0-9`](?={CJK})|{WIDE} +(?={WIDE})")
+LINK_BRACKETS = str.maketrans("", "", "[]")
 
 
 def spacing_slips(text: str) -> list[tuple[int, str]]:
     """(line number, excerpt) of each place where Chinese and Latin text are spaced wrongly."""
     found = []
     for n, line in prose(text, inline_code="`code`"):
+        line = line.translate(LINK_BRACKETS)
         for m in SPACING.finditer(line):
             found.append((n, line[max(0, m.start() - 12):m.end() + 13].strip()))
     return found
@@ -155,6 +175,8 @@ def test_zh_prose_spaces_between_chinese_and_latin(page):
 def test_spacing_check_can_fail():
     text = ("装的是CPU 版\n这类操作有`.item()`、\n更小的kernel都\n遍历 自动求导图\n"
             "第2步\n"                                    # digit next to CJK, on both sides
-            "好的：CPU 版，`x` 和 `y`（见 [文档](a b.md)）\n"  # fine: spaces, full-width punctuation
-            "```text\n装的是CPU\n```\n<!-- 装的是CPU -->\n")
-    assert [n for n, _ in spacing_slips(text)] == [1, 2, 3, 3, 4, 5, 5]
+            "好的：CPU 版，`x` 和 `y`（见[文档](a b.md)、**粗体**）\n"  # fine
+            "```text\n装的是CPU\n```\n<!-- 装的是CPU -->\n"
+            "见[float16 何时上溢](a.md)\n下面的[交错式 1F1B](#i)一节\n见 [张量 API 文档](b.md)\n"  # 11-13
+            "在[数据并行（DDP）](c.md) 之上\n")                                           # 14
+    assert [n for n, _ in spacing_slips(text)] == [1, 2, 3, 3, 4, 5, 5, 11, 12, 13, 14]

@@ -1,29 +1,37 @@
-"""The search index, without a browser: readers' words reach their pages, Chinese in search mode.
+"""The search index, without a browser: readers' words reach their pages, Chinese in search mode,
+and the page that teaches a term comes first for it.
 
-tests/test_browser.py types the readers' queries (READER_SEARCHES) into Material's search in
-Chromium. This reads the built index (/search/search_index.json, /zh/search/search_index.json)
-and checks the parts of it that make those searches work, in a second:
+tests/test_browser.py types a dozen readers' queries into Material's search in Chromium. This reads
+the built index (/search/search_index.json, /zh/search/search_index.json) and checks what makes
+searches work:
 
-- every page or section named in a glossary `search` list is in both indexes and carries the
-  readers' words in its hidden field, which the index config declares as a searched field;
+- every page or section named in a glossary `taught` or `search` is in both indexes, with the
+  term's names or the readers' words in its hidden fields, which the index config declares;
 - every Chinese word of the zh index is there with its search-mode parts (jieba.cut_for_search):
   检查点 also as 检查 and 查点;
 - each reader query, cut the way Material's search cuts it in the browser (the longest words of
   the index, from its `segment` function), finds a word of the expected page for each of its
-  pieces.
+  pieces;
+- ranked by Material's own search (its search worker and lunr, from the built site, run in node:
+  tests/material_search.js), every name of every glossary term that has a `taught` page brings
+  that page (or section) first, in both languages, and every reader query (READER_SEARCHES) brings
+  one of its pages among the first three, as the browser shows them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 from importlib import util as _util
 
 import pytest
 
 import sitebuild
 from pagerun import pages
-from test_browser import READER_SEARCHES
+from test_browser import READER_SEARCHES, TOP
 
 pagerun_background = sitebuild.pagerun_background  # the build starts with the blocks
 
@@ -77,17 +85,21 @@ def _query_terms(query: str, index: dict, vocabulary: set[str]) -> list[str]:
 
 
 def test_readers_words_are_in_the_index(indexes):
-    also = site_hook.searched_as()
-    assert also["en"] and also["zh"], "hooks/glossary.yml has no `search` lists"
+    fields = site_hook.search_fields()
+    assert fields["en"] and fields["zh"], "hooks/glossary.yml has no `taught` or `search`"
+    hidden = set(site_hook.FIELD_BOOST)
     for lang, index in indexes.items():
-        assert site_hook.ALSO_FIELD in index["config"]["fields"], index["config"]["fields"]
+        assert hidden <= set(index["config"]["fields"]), index["config"]["fields"]
         by_location = {d["location"]: d for d in index["docs"]}
-        for location, words in also[lang].items():
+        for location, words in fields[lang].items():
             doc = by_location.get(location)
-            assert doc is not None, f"{lang}: {location} (hooks/glossary.yml search) not in the index"
-            assert doc[site_hook.ALSO_FIELD].split("\u200b") == words
+            assert doc is not None, f"{lang}: {location} (hooks/glossary.yml) not in the index"
+            for field, expected in words.items():
+                if field in (site_hook.TERM_FIELD, site_hook.PAGE_TERM_FIELD):
+                    expected = site_hook.name_words(expected, index["config"]["separator"])
+                assert doc[field].split("\u200b") == expected, (lang, location, field)
     # the hidden fields are Material's to index, never to render
-    assert not {site_hook.ALSO_FIELD, site_hook.PARTS_FIELD} & {"title", "text", "tags"}
+    assert not hidden & {"title", "text", "tags"}
 
 
 def test_chinese_compounds_and_parts(indexes):
@@ -126,3 +138,97 @@ def test_reader_query_pieces_reach_the_page(indexes, query, expected, lang):
     assert not better, (f"{query!r} ({lang}) cut into {terms}: {better} match more pieces than "
                         f"{expected} ({best}); add the readers' words to a `search` list in "
                         "hooks/glossary.yml")
+
+
+# Ranking, with Material's own search. ------------------------------------------------------------
+
+NODE = shutil.which("node")
+LANGS = {"en": "search/search_index.json", "zh": "zh/search/search_index.json"}
+
+
+def _ranked(queries: dict[str, list[str]]) -> dict[str, dict[str, dict]]:
+    """language -> query -> {groups, pieces}, from Material's search worker (material_search.js)."""
+    if NODE is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("node is not installed: the ranking tests need it (apt-get install nodejs)")
+        pytest.skip("node is not installed: the ranking tests run Material's search in it")
+    root, _ = sitebuild.built()
+    out = {}
+    for lang, qs in queries.items():
+        proc = subprocess.run([NODE, str(pages.ROOT / "tests" / "material_search.js"), str(root),
+                               LANGS[lang]], input=json.dumps(sorted(set(qs))),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out[lang] = json.loads(proc.stdout)
+    return out
+
+
+TERMS = [t for t in site_hook.load_glossary() if t.get("taught")]
+
+
+def name_queries(term: dict, lang: str) -> list[str]:
+    """What a reader types for the term: the term in that language and the words of its `search`
+    lists without `pages` (its other names)."""
+    return [term[lang]] + [w for s in site_hook.search_lists(term) if "pages" not in s
+                           for w in s.get(lang, [])]
+
+
+@pytest.fixture(scope="module")
+def ranked():
+    queries = {lang: [q for t in TERMS for q in name_queries(t, lang)] for lang in LANGS}
+    for query, _, lang in READER_SEARCHES:
+        queries[lang].append(query)
+    return _ranked(queries)
+
+
+def _hits(location: str, target: str) -> bool:
+    """An index location is the target: the section itself, or any entry of a target page."""
+    return location == target if "#" in target else location.split("#")[0] == target
+
+
+def _reached(term: dict, lang: str, pieces: list[str], separator: str) -> set[str]:
+    """The pieces of a query that start a word of one of the term's names (as its field has them)."""
+    words = [w.lower() for name in site_hook.names(term, lang)
+             for w in re.split(separator, name) if w.strip()]
+    return {p for p in pieces if any(w.startswith(p) for w in words)}
+
+
+@pytest.mark.parametrize("term", TERMS, ids=[t["en"] for t in TERMS])
+def test_names_rank_their_teaching_entry_first(ranked, indexes, term):
+    """Each name of the term brings the page (or section) that teaches it first: first in the
+    results list and, for a section, the entry the list opens with Enter (the best score).
+
+    A query that Material reduces to pieces that reach another term's names as well (gather for
+    all-gather: lunr drops all, an English stop word; 分* for 分发 and 分片: Material searches a
+    Chinese word of two characters as its first character) cannot tell the two apart: then the
+    first result may teach the other term, and this one's page must be among the first three."""
+    target = site_hook.location(term["taught"])
+    bad = []
+    for lang in LANGS:
+        separator = indexes[lang]["config"]["separator"]
+        for query in name_queries(term, lang):
+            result = ranked[lang][query]
+            groups, pieces = result["groups"], result["pieces"]
+            top = groups[0][0][0] if groups else None
+            if top is not None and _hits(top, target):
+                continue
+            mine = _reached(term, lang, pieces, separator)
+            rivals = {site_hook.location(t["taught"]): t["en"] for t in TERMS
+                      if t is not term and mine and _reached(t, lang, pieces, separator) >= mine}
+            first3 = [item for group in groups[:TOP] for item, _ in group]
+            if (top is not None and any(_hits(top, loc) for loc in rivals)
+                    and any(_hits(item, target) for item in first3)):
+                continue  # the query cannot tell this term from a rival's; see the docstring
+            shown = [[(loc, round(score)) for loc, score in group[:2]] for group in groups[:3]]
+            bad.append(f"{lang} {query!r} (searched as {pieces}): {shown}")
+    assert not bad, (f"the first result for {term['en']!r} is not {target} (its `taught`):\n  "
+                     + "\n  ".join(bad))
+
+
+@pytest.mark.parametrize("query,expected,lang", READER_SEARCHES,
+                         ids=[f"{lang}-{q}" for q, _, lang in READER_SEARCHES])
+def test_reader_query_ranks_its_page(ranked, query, expected, lang):
+    """Every reader query, ranked as the site ranks it: one of its pages among the first TOP."""
+    groups = ranked[lang][query]["groups"]
+    first = [group[0][0].split("#")[0] for group in groups[:TOP]]
+    assert set(first) & set(expected), f"{query!r} ({lang}): none of {expected} in the first {TOP} {first}"
