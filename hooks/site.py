@@ -11,7 +11,7 @@
   use for a term (多机训练, 爆显存, OOM, ...) and the pages (or sections) that answer them; those
   words go into a field of those pages' search entries that is indexed and never shown. Chinese
   text is also indexed in jieba's search mode: a hidden field carries the parts of every compound
-  (检查点 also as 检查), so a compound and its parts both match. See README, "Search".
+  (检查点 also as 检查), so a compound and its parts both match. See CONTRIBUTING.md, "Search".
 - A 404 page per language: every language build writes ``404.html`` at the site root, so the last
   language built would win; this keeps each one and writes ``/404.html`` (English) and
   ``/zh/404.html`` (Chinese).
