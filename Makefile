@@ -45,7 +45,7 @@ build: install
 	$(PYTHON) -m mkdocs build --strict
 
 # The blocks that run on hosts of their own (network namespaces, a Slurm cluster): root only,
-# and about 75 s on 2 cores, so they are a pass of their own (README, "Hosts with their own network")
+# and about 75 s on 2 cores, so they are a pass of their own (CONTRIBUTING.md, "Hosts with their own network")
 test-hosts: install
 	DOCS_HOSTS=1 $(PYTHON) -m pytest --codeblocks -p no:cacheprovider \
 	  docs/en/ddp/multinode.md docs/zh/ddp/multinode.md tests/test_hosts.py $(PYTEST_ARGS)

@@ -13,7 +13,7 @@
   OOM, ...) and the pages that answer them, which get those words in a field as heavy as a title.
   Both fields are indexed and never shown. Chinese text is also indexed in jieba's search mode: a
   hidden field carries the parts of every compound (检查点 also as 检查), so a compound and its
-  parts both match. See README, "Search".
+  parts both match. See CONTRIBUTING.md, "Search".
 - A 404 page per language: every language build writes ``404.html`` at the site root, so the last
   language built would win; this keeps each one and writes ``/404.html`` (English) and
   ``/zh/404.html`` (Chinese).

@@ -1,18 +1,65 @@
 """torchrun's ``PYTHON_EXEC`` in a warm block: start ``python -u PROGRAM ARGS`` through the
 fork server of ``pagerun.warmpool`` and behave as that process would (signals, exit status).
 
-Standard library only, and nothing else imported: this is a process per worker.
+Standard library only, and nothing else imported: this is a process per worker, started as
+``python -I -S pagerun/_client.py`` (no site-packages, no ``PYTHON*`` settings of the reader's,
+not even this package on its path), so the wire protocol lives here and the server imports it
+from this module.
 """
 
+from __future__ import annotations
+
+import json
 import os
 import signal
 import socket
+import struct
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 IMPORT_TIME_ENV = ("TORCH_LOGS", "TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE_")  # _warm's
+
+
+# --------------------------------------------------------------------------------------------
+# protocol: a request is a 4-byte length and JSON {argv, env, cwd}, with three file descriptors
+# (stdin, stdout, stderr) on its first byte; answers are 4-byte signed integers: pid, then status
+
+def send_request(sock: socket.socket, argv, env, cwd, fds) -> int:
+    data = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)}).encode()
+    msg = struct.pack("!I", len(data)) + data
+    socket.send_fds(sock, [msg[:1]], list(fds))
+    sock.sendall(msg[1:])
+    return read_int(sock)
+
+
+def read_int(sock: socket.socket) -> int | None:
+    buf = b""
+    while len(buf) < 4:
+        chunk = sock.recv(4 - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return struct.unpack("!i", buf)[0]
+
+
+def recv_request(conn: socket.socket):
+    """The server's side of ``send_request``: (request, file descriptors)."""
+    first, fds, _, _ = socket.recv_fds(conn, 1, 3)
+    buf = first
+    while len(buf) < 4:
+        buf += conn.recv(4 - len(buf))
+    size = struct.unpack("!I", buf[:4])[0]
+    data = buf[4:]
+    while len(data) < size:
+        chunk = conn.recv(min(1 << 16, size - len(data)))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return json.loads(data), fds
+
+
+# --------------------------------------------------------------------------------------------
+# the client
 
 
 def main() -> None:
@@ -25,8 +72,6 @@ def main() -> None:
     if (not (address and len(args) >= 2 and args[0] == "-u")
             or any(k.startswith(IMPORT_TIME_ENV) for k in env)):
         os.execve(python, [python, *args], env)
-    from pagerun.warmpool import read_int, send_request  # no torch in there
-
     try:  # the agent is this process's parent: when it dies, this goes, and then the worker
         import ctypes
 

@@ -28,7 +28,6 @@ Two clients:
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -41,46 +40,12 @@ import threading
 import time
 from pathlib import Path
 
+# the wire protocol is the client's: it runs with the standard library only (see there)
+from pagerun._client import read_int, recv_request, send_request
+
 _LOCK = threading.Lock()
 _SERVER: tuple[subprocess.Popen, str, str] | None = None
 CLIENT = Path(__file__).with_name("_client.py")
-
-
-# --------------------------------------------------------------------------------------------
-# protocol: a request is a 4-byte length and JSON {argv, env, cwd}, with three file descriptors
-# (stdin, stdout, stderr) on its first byte; answers are 4-byte signed integers: pid, then status
-
-def send_request(sock: socket.socket, argv, env, cwd, fds) -> int:
-    data = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)}).encode()
-    msg = struct.pack("!I", len(data)) + data
-    socket.send_fds(sock, [msg[:1]], list(fds))
-    sock.sendall(msg[1:])
-    return read_int(sock)
-
-
-def read_int(sock: socket.socket) -> int | None:
-    buf = b""
-    while len(buf) < 4:
-        chunk = sock.recv(4 - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return struct.unpack("!i", buf)[0]
-
-
-def _recv_request(conn: socket.socket):
-    first, fds, _, _ = socket.recv_fds(conn, 1, 3)
-    buf = first
-    while len(buf) < 4:
-        buf += conn.recv(4 - len(buf))
-    size = struct.unpack("!I", buf[:4])[0]
-    data = buf[4:]
-    while len(data) < size:
-        chunk = conn.recv(min(1 << 16, size - len(data)))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return json.loads(data), fds
 
 
 # --------------------------------------------------------------------------------------------
@@ -144,7 +109,7 @@ def serve(path: str) -> None:
         if listener in ready:
             conn, _ = listener.accept()
             try:
-                req, fds = _recv_request(conn)
+                req, fds = recv_request(conn)
             except (OSError, EOFError, ValueError):
                 conn.close()
                 continue

@@ -31,9 +31,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sitebuild  # noqa: E402
-import test_browser  # noqa: E402
+# run as a script, so its own folder (tests/) is on the path; under pytest, pyproject's pythonpath
+import sitebuild
+import test_browser
 
 CHAPTER = test_browser.CHAPTER
 

@@ -49,7 +49,7 @@ SEARCHES = [
 
 # Readers' questions, typed the way readers type them (their words, not the pages'): one of the
 # pages must be among the first TOP pages of the results. The words the pages do not use reach
-# them through the glossary's `search` lists (hooks/glossary.yml, README "Search").
+# them through the glossary's `search` lists (hooks/glossary.yml, CONTRIBUTING.md "Search").
 TOP = 3
 READER_SEARCHES = [
     ("多机训练", ["ddp/multinode/"], "zh"),

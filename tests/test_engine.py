@@ -118,6 +118,73 @@ def test_no_hook_imports_a_test_module():
     assert Path(runner.__file__).parent == pages.ROOT / "pagerun"
 
 
+def _sys_path_edits(tree) -> list[tuple[int, str]]:
+    """(line, function) of every statement that changes ``sys.path``: an assignment to it or to
+    a slice of it, ``+=``, a call of one of its mutating methods, or ``site.addsitedir``."""
+    import ast
+
+    def is_sys_path(node) -> bool:
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        return (isinstance(node, ast.Attribute) and node.attr == "path"
+                and isinstance(node.value, ast.Name) and node.value.id == "sys")
+
+    found = []
+
+    def visit(node, func: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            func = node.name
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        if any(is_sys_path(t) for t in targets):
+            found.append((node.lineno, func))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            f = node.func
+            if ((f.attr in ("insert", "append", "extend", "remove", "pop", "clear", "reverse",
+                            "sort") and is_sys_path(f.value))
+                    or (f.attr == "addsitedir" and isinstance(f.value, ast.Name)
+                        and f.value.id == "site")):
+                found.append((node.lineno, func))
+        for child in ast.iter_child_nodes(node):
+            visit(child, func)
+
+    visit(tree, "")
+    return found
+
+
+# The one deliberate sys.path assignment: the fork server's child becomes `python PROGRAM`, whose
+# sys.path a fresh interpreter builds (the program's folder, then this environment's). That is
+# the engine imitating the interpreter for a reader's program, not code finding its own imports.
+SYS_PATH_ALLOWED = {("pagerun/warmpool.py", "_program")}
+
+
+def test_no_code_of_the_project_edits_sys_path():
+    """pagerun/, tests/, hooks/ and conftest.py import through the installed or pytest-given
+    path (pyproject's ``pythonpath``, a script's own folder), never by editing ``sys.path``."""
+    import ast
+
+    files = [pages.ROOT / "conftest.py"]
+    for folder in ("pagerun", "tests", "hooks"):
+        files += sorted((pages.ROOT / folder).rglob("*.py"))
+    edits, allowed = [], set()
+    for path in files:
+        rel = path.relative_to(pages.ROOT).as_posix()
+        for line, func in _sys_path_edits(ast.parse(path.read_text(), str(path))):
+            if (rel, func) in SYS_PATH_ALLOWED:
+                allowed.add((rel, func))
+            else:
+                edits.append(f"{rel}:{line} (in {func or 'the module'})")
+    assert not edits, "sys.path edited:\n" + "\n".join(edits)
+    assert allowed == SYS_PATH_ALLOWED, "an allowed edit is gone: drop it from SYS_PATH_ALLOWED"
+    # the check itself sees what it must
+    probe = ("import sys, site\nsys.path.insert(0, 'x')\nsys.path[:] = []\nsys.path += ['y']\n"
+             "def f():\n    site.addsitedir('z')\nprint(sys.path[0])\n")
+    assert _sys_path_edits(ast.parse(probe)) == [(2, ""), (3, ""), (4, ""), (6, "f")]
+
+
 def test_torchrun_workers_start_warm_unless_import_time_settings(tmp_path):
     """pagerun/_client.py, torchrun's PYTHON_EXEC: a warm worker has torch imported already;
     with TORCH_LOGS (read when torch._dynamo is imported) it is a fresh interpreter."""
