@@ -47,8 +47,8 @@ def load_glossary() -> list[dict]:
 
 
 # Search: hidden fields of an index entry, which Material searches and never shows (it indexes
-# every field named in the index's config.fields and renders only title, text and tags). README,
-# "Search", says how they rank; tests/test_search.py ranks with Material's own search to check it.
+# every field named in the index's config.fields and renders only title, text and tags).
+# CONTRIBUTING.md, "Search", says how they rank; tests/test_search.py ranks with Material's own search to check it.
 TERM_FIELD = "term"           # a section that teaches a glossary term (its `taught`): the term's names
 PAGE_TERM_FIELD = "pageterm"  # the same on a page that teaches one
 ALSO_FIELD = "also"           # the readers' words of the glossary's `search` lists, on their pages
