@@ -42,7 +42,7 @@ SEARCHES = [
     # the Devices chapter, which exists now
     ("CUDA_VISIBLE_DEVICES", ["devices/"], ["en", "zh"]),
     ("torch.device", ["devices/"], ["en", "zh"]),
-    ("显存", ["devices/"], ["zh"]),
+    ("显存", ["training/memory/"], ["zh"]),  # the glossary teaches GPU memory there
     ("设备", ["devices/"], ["zh"]),
     ("固定内存", ["glossary/"], ["zh"]),
 ]
