@@ -44,7 +44,7 @@ def test_the_running_environment_passes_its_own_check():
 
 def test_the_check_reads_pyprojects_ranges():
     names = dict(envcheck.requirements())
-    assert ("<", "3") in names["torch"] and (">=", "2.6") in names["torch"]
+    assert ("<", "3") in names["torch"] and (">=", "2.7") in names["torch"]
     assert envcheck._version("2.13.0+cpu") == (2, 13, 0) < envcheck._version("3")
 
 
