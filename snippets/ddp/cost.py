@@ -1,5 +1,5 @@
-"""What a DDP step costs: bytes all-reduced, buckets, memory and FLOPs, each predicted by a
-formula and counted in the run."""
+"""What a DDP step costs: bytes all-reduced, buckets, memory and FLOPs, each
+predicted by a formula and counted in the run."""
 
 import argparse
 import gc
@@ -55,7 +55,7 @@ buckets = []  # bytes of each bucket all-reduced in the current step
 
 def counting_hook(state, bucket):  # DDP calls it once per bucket, when it is full
     buckets.append(bucket.buffer().numel() * bucket.buffer().element_size())
-    return allreduce_hook(state, bucket)  # then DDP's own all-reduce: training unchanged
+    return allreduce_hook(state, bucket)  # DDP's own all-reduce: training unchanged
 
 
 ddp.register_comm_hook(None, counting_hook)  # None: the default process group
@@ -91,10 +91,11 @@ for step in (1, 2):
         nn.functional.mse_loss(ddp(x), y).backward()
     opt.step()
     report(f"step {step}, gradient bytes all-reduced", P * 4, sum(buckets), "B")
-    report(f"step {step}, buckets", 1 if step == 1 else len(sizes), len(buckets), "buckets")
+    k = 1 if step == 1 else len(sizes)  # step 1: one bucket, in no known order yet
+    report(f"step {step}, buckets", k, len(buckets), "buckets")
 # forward 2 FLOPs per weight and sample; backward 4, less the 2 for the input's gradient
 # in the first layer, which nothing needs
-report("FLOPs per step and rank", 6 * sum(weights) * BATCH - 2 * weights[0] * BATCH,
+report("FLOPs per step and rank", (6 * sum(weights) - 2 * weights[0]) * BATCH,
        flops.get_total_flops(), "FLOP")
 n = world_size
 if rank == 0:
