@@ -84,7 +84,7 @@ READER_SEARCHES = [
     ("完全分片数据并行", ["model-parallel/fsdp/"], "zh"),
     ("ZeRO-3", ["model-parallel/fsdp/"], "zh"),
     ("迭代周期", ["ddp/techniques/"], "zh"),
-    ("全收集", ["model-parallel/fsdp/"], "zh"),
+    ("全收集", ["collectives/"], "zh"),
     ("自动微分", ["glossary/"], "zh"),
     ("multi-GPU", ["ddp/"], "en"),
     ("multi node training", ["ddp/multinode/"], "en"),
