@@ -83,6 +83,7 @@ READER_SEARCHES = [
     ("数据加载慢", ["ddp/techniques/"], "zh"),
     ("完全分片数据并行", ["model-parallel/fsdp/"], "zh"),
     ("ZeRO-3", ["model-parallel/fsdp/"], "zh"),
+    ("FSDP 多机慢", ["model-parallel/fsdp/"], "zh"),
     ("迭代周期", ["ddp/techniques/"], "zh"),
     ("全收集", ["collectives/"], "zh"),
     ("自动微分", ["glossary/"], "zh"),
@@ -107,6 +108,7 @@ READER_SEARCHES = [
     ("NCCL hangs on RTX 4090", ["troubleshooting/"], "en"),
     ("num_workers", ["ddp/techniques/"], "en"),
     ("ZeRO-3", ["model-parallel/fsdp/"], "en"),
+    ("FSDP slow multi-node", ["model-parallel/fsdp/"], "en"),
 ]
 
 
