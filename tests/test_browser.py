@@ -86,6 +86,8 @@ READER_SEARCHES = [
     ("迭代周期", ["ddp/techniques/"], "zh"),
     ("全收集", ["collectives/"], "zh"),
     ("自动微分", ["glossary/"], "zh"),
+    ("MoE 负载不均衡", ["expert/"], "zh"),
+    ("专家并行 all-to-all", ["expert/"], "zh"),
     ("multi-GPU", ["ddp/"], "en"),
     ("multi node training", ["ddp/multinode/"], "en"),
     ("out of memory", ["troubleshooting/", "training/memory/"], "en"),
@@ -107,6 +109,8 @@ READER_SEARCHES = [
     ("NCCL hangs on RTX 4090", ["troubleshooting/"], "en"),
     ("num_workers", ["ddp/techniques/"], "en"),
     ("ZeRO-3", ["model-parallel/fsdp/"], "en"),
+    ("MoE all-to-all", ["expert/"], "en"),
+    ("token dropping", ["expert/"], "en"),
 ]
 
 
