@@ -87,6 +87,8 @@ READER_SEARCHES = [
     ("迭代周期", ["ddp/techniques/"], "zh"),
     ("全收集", ["collectives/"], "zh"),
     ("自动微分", ["glossary/"], "zh"),
+    ("MoE 负载不均衡", ["expert/"], "zh"),
+    ("专家并行 all-to-all", ["expert/"], "zh"),
     ("multi-GPU", ["ddp/"], "en"),
     ("multi node training", ["ddp/multinode/"], "en"),
     ("out of memory", ["troubleshooting/", "training/memory/"], "en"),
@@ -109,6 +111,8 @@ READER_SEARCHES = [
     ("num_workers", ["ddp/techniques/"], "en"),
     ("ZeRO-3", ["model-parallel/fsdp/"], "en"),
     ("FSDP slow multi-node", ["model-parallel/fsdp/"], "en"),
+    ("MoE all-to-all", ["expert/"], "en"),
+    ("token dropping", ["expert/"], "en"),
 ]
 
 
