@@ -142,7 +142,9 @@ class Browser:
         self.context = self._pw.chromium.launch_persistent_context(
             str(profile), executable_path=CHROMIUM, headless=True, args=ARGS,
             viewport={"width": 1280, "height": 900}, service_workers="block")
-        self.context.set_default_timeout(5000)
+        # a guard against a page that never loads, not a speed check: on a busy 2-core machine
+        # (the whole suite running beside it) a page load has taken more than 5 s
+        self.context.set_default_timeout(30_000)
         self.context.route("**/*", self._route)
         self.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
         self.page = self.context.pages[0] if self.context.pages else self.context.new_page()
