@@ -99,7 +99,7 @@ READER_SEARCHES = [
     ("gradient accumulation", ["ddp/techniques/", "model-parallel/fsdp-practice/"], "en"),
     ("pipeline bubble", ["model-parallel/pipeline/"], "en"),
     ("long context training", ["context/"], "en"),
-    ("sequence too long out of memory", ["context/", "troubleshooting/", "training/memory/"], "en"),
+    ("128k context", ["context/"], "en"),
     ("DDP slower than one GPU", ["ddp/techniques/"], "en"),
     ("merge distcp checkpoint into one file", ["model-parallel/fsdp/"], "en"),
     ("FSDP clip_grad_norm", ["model-parallel/fsdp/"], "en"),
