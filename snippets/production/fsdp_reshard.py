@@ -113,7 +113,7 @@ def predict(raf, micro, keep, model):
 
 
 def report(what, predicted, counted, unit):
-    show(f"  {what}: predicted {predicted:,} {unit}, counted {counted:,} {unit}")
+    show(f"{what}: predicted {predicted:,} {unit}, counted {counted:,} {unit}")
     failed.extend([what] if predicted != counted else [])
 
 
@@ -122,20 +122,20 @@ CASES += [(None, 2, False), (None, 2, True), (False, 2, True)]
 if not divisors:
     show(f"reshard_after_forward as an int: {world} has no divisor but 1 and itself")
 failed, worst = [], 0.0
-for raf, micro, keep in CASES:
+for case, (raf, micro, keep) in enumerate(CASES, 1):
     model, reference = build(raf)
     comm.clear()
     between = train_step(model, micro, keep)
     calls, got, held = predict(raf, micro, keep, reference)
-    show(f"reshard_after_forward={raf}, {micro} micro-batch(es)"
-         f"{', set_reshard_after_backward(last)' if keep else ''}:")
+    show(f"case {case}: reshard_after_forward={raf}, {micro} micro-batch(es)"
+         f"{', set_reshard_after_backward(last)' if keep else ''}")
     for size in sorted(calls, reverse=True):
-        report(f"all-gathers over {size}", calls[size],
+        report(f"case {case}, all-gathers over {size}", calls[size],
                comm[f"all-gathers over {size}"], "calls")
-    report("bytes received by all-gathers", got, comm["received"], "B")
-    report("reduce-scatters", 5, comm["reduce-scatters"], "calls")
+    report(f"case {case}, bytes all-gathers bring in", got, comm["received"], "B")
+    report(f"case {case}, reduce-scatters", 5, comm["reduce-scatters"], "calls")
     if micro > 1:
-        report("parameter bytes held between micro-batches", held, between, "B")
+        report(f"case {case}, weights held between micro-batches", held, between, "B")
     opt = torch.optim.SGD(reference.parameters(), lr=0.1)  # one process, whole batch
     for i in range(micro):
         x, y = batch(i)

@@ -50,28 +50,27 @@ dist.all_reduce = counted_all_reduce
 
 
 # --8<-- [start:hooks]
-def powersgd(rank_r, feedback=True):  # compress from step 3 (steps 1-2: see below)
+def powersgd(r, feedback=True):  # compress from step 3 (steps 1-2: see below)
     return powerSGD_hook.PowerSGDState(process_group=None, start_powerSGD_iter=2,
-                                       matrix_approximation_rank=rank_r,
+                                       matrix_approximation_rank=r,
                                        use_error_feedback=feedback)
 
 
 HOOKS = {  # name: (hook, a function making its state)
     "allreduce_hook (no compression)": (default_hooks.allreduce_hook, lambda: None),
-    "powerSGD_hook, rank 1": (powerSGD_hook.powerSGD_hook, lambda: powersgd(1)),
-    "powerSGD_hook, rank 2": (powerSGD_hook.powerSGD_hook, lambda: powersgd(2)),
-    "powerSGD_hook, rank 1, no error feedback": (
+    "powerSGD_hook r=1": (powerSGD_hook.powerSGD_hook, lambda: powersgd(1)),
+    "powerSGD_hook r=2": (powerSGD_hook.powerSGD_hook, lambda: powersgd(2)),
+    "powerSGD_hook r=1, no error feedback": (
         powerSGD_hook.powerSGD_hook, lambda: powersgd(1, feedback=False))}
 # --8<-- [end:hooks]
 
-STEPS = 2 + 40  # 2 uncompressed steps, then 40 compressed ones
+STEPS = 2 + 40  # 2 plain steps, 40 compressed; no optimizer: the same weights for all
 torch.manual_seed(0)
 teacher = nn.Linear(256, 10).to(device)  # targets a model can learn
 
 
 def train(hook, state):
-    """STEPS steps without an optimizer step (the same weights for every hook): the
-    gradients of step 3, their sum over steps 3 to STEPS, the bytes of step 3."""
+    """Gradients of step 3, their sum over steps 3 to STEPS, the bytes of step 3."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512),
                           nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
@@ -105,7 +104,7 @@ def predicted_bytes(name, params):
     """Bytes handed to all_reduce per step; of them, PowerSGD's P and Q."""
     if not name.startswith("powerSGD"):
         return sum(p.numel() * 4 for p in params), 0
-    r, low_rank, full = int(name.split("rank ")[1][0]), 0, 0
+    r, low_rank, full = int(name.split("r=")[1][0]), 0, 0
     for p in params:  # PowerSGD's rule: a matrix n x m goes as P (n x r) and Q (m x r)
         n, m = p.shape[0], p.numel() // p.shape[0]  # if that is < half its size
         r_ = min(n, m, r)
@@ -131,15 +130,16 @@ for name, (hook, make_state) in HOOKS.items():
     kept = sum(t.numel() * t.element_size() for d in (  # per bucket: error, P and Q
         state.error_dict, state.p_memory_dict, state.q_memory_dict) for t in d.values())
     error = sum(p.numel() * 4 for p in params) if state.use_error_feedback else 0
-    show(f"  state kept between steps: predicted {error + low_rank:,} B, "
+    tag = name[14:].replace("error ", "")  # r=1, r=2, r=1, no feedback
+    show(f"{tag}: state kept between steps: predicted {error + low_rank:,} B, "
          f"counted {kept:,} B")
     failed += [] if kept == error + low_rank else [f"{name} (state)"]
     err, err_sum = rel_error(first, exact[0]), rel_error(total, exact[1])
-    show(f"  error of the step-3 gradient: {err:.2f} (< 1: a projection, "
+    show(f"{tag}: error of the step-3 gradient: {err:.2f} (< 1: a projection, "
          f"not round-off)")
     bound, why = (0.5, "error feedback sends the rest later") if error else (
         1, "what a step leaves out is lost")
-    show(f"  error of the sum of {STEPS - 2} steps' gradients: {err_sum:.2f} "
+    show(f"{tag}: error of the sum of {STEPS - 2} steps' gradients: {err_sum:.2f} "
          f"(< {bound:g}: {why})")
     failed += [] if err < 1 and err_sum < bound else [f"{name} (error)"]
 # --8<-- [end:report]

@@ -134,10 +134,10 @@ for case in args.case or CASES:
     # --8<-- [end:table]
     events, launched, early = read_trace(path)
     k = buckets(params, cap_mb) if cap_mb else len(params)  # by hand: one per tensor
-    for what, predicted, counted in [("all-reduces launched", k, launched), (
+    for what, p, c in [("all-reduces launched", k, launched), (
             "launched before the last gradient", k - 1 if cap_mb else 0, early)]:
-        show(f"  {what}: predicted {predicted:,} calls, counted {counted:,} calls")
-        failed += [f"{case}: {what}"] if predicted != counted else []
+        show(f"{case}, {what}: predicted {p:,} calls, counted {c:,} calls")
+        failed += [f"{case}: {what}"] if p != c else []
     if device.type == "cuda":  # what a GPU trace adds: kernels, on streams
         kernels = [e for e in events if e.get("cat") == "kernel"]
         nccl = {e["args"]["stream"] for e in kernels if "nccl" in e["name"].lower()}
