@@ -60,14 +60,15 @@
   // ---- reading the inputs ----------------------------------------------------------------
   function parseCount(name, text) {
     const t = text.replace(/[,_\s]/g, "");
-    const m = /^(\d+(?:\.\d+)?(?:e\+?\d+)?)([kKMBGT]?)$/.exec(t);
+    const m = /^(\d+(?:\.\d+)?(?:[eE]\+?\d+)?)([kKMBGT]?)$/.exec(t);
     if (!m) refuse(msg.count(name));
     return Math.round(Number(m[1]) * SUFFIX[m[2]]);
   }
 
   function parseInteger(name, text, min) {
-    if (!/^\d+$/.test(text.trim())) refuse(msg.integer(name));
-    const v = Number(text.trim());
+    const t = text.replace(/[,_\s]/g, "");
+    if (!/^\d+$/.test(t)) refuse(msg.integer(name));
+    const v = Number(t);
     if (v < min) refuse(msg.positive(name));
     return v;
   }
