@@ -1,0 +1,329 @@
+"""The memory and communication calculator (docs/*/calculator.md, docs/assets/calculator/) in
+Chromium: loaded with the inputs of the cost programs' recorded runs, its results equal the
+figures parsed from those recordings (exact where the program counts exactly, else within half a
+unit of the last digit printed), and those of the ZeRO paper's Figure 1. Browser and skips: the
+fixtures of tests/test_browser.py."""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import pytest
+
+import sitebuild
+from pagerun import pages, recordings
+from test_browser import browser, clean  # noqa: F401 - the fixtures, with their skip logic
+
+pagerun_background = sitebuild.pagerun_background  # the build starts with the blocks
+
+# every input, as the page's address holds them: nothing left to the page's example
+BASE = {"params": "", "shapes": "", "layers": "", "hidden": "", "heads": "", "vocab": "",
+        "experts": "0", "topk": "1", "expert_params": "", "seq": "", "batch": "", "micro": "1",
+        "gpus": "1", "zero": "0", "tp": "1", "pp": "1", "cp": "1", "ep": "1",
+        "precision": "bf16-mixed", "optimizer": "adam", "checkpointing": "none"}
+READ = """() => ({state: document.querySelector('[data-calculator]').dataset.state,
+  error: document.querySelector('[data-error]').textContent,
+  ...Object.fromEntries([...document.querySelectorAll('[data-result]')]
+     .map(e => [e.dataset.result, e.textContent])),
+  ...Object.fromEntries([...document.querySelectorAll('[data-comm]')]
+     .map(e => ['comm:' + e.dataset.comm, e.textContent]))})"""
+
+
+@pytest.fixture(autouse=True)
+def patient(browser):  # noqa: F811 - a busy machine loads a page in more than 5 s
+    browser.page.set_default_timeout(30_000)
+    yield
+
+
+def calculate(b, lang="en", **inputs) -> dict:
+    """Open the page with these inputs; its results as integers of bytes (None: not computed)."""
+    query = urlencode(BASE | {k: str(v) for k, v in inputs.items()})
+    # the calculator's script runs before DOMContentLoaded: no need to wait for the rest
+    b.page.goto(f"{b.base}/{'' if lang == 'en' else 'zh/'}calculator/?{query}",
+                wait_until="domcontentloaded")
+    b.page.wait_for_function("() => document.querySelector('[data-calculator]').dataset.state")
+    raw = b.page.evaluate(READ)
+    assert raw.pop("state") == "ok", f"the page refused {inputs}: {raw['error']}"
+    raw.pop("error")
+    out = {}
+    for k, text in raw.items():
+        m = re.fullmatch(r"([\d,]+) B", text)
+        assert m or text == "—", f"{k}: {text!r} is not a byte count with its unit"
+        out[k] = int(m.group(1).replace(",", "")) if m else None
+    return out
+
+
+def check(what, got, expected, tolerance=0.0):
+    assert got is not None and abs(got - expected) <= tolerance, \
+        f"{what}: the page gives {got:,}, expected {expected:,} (tolerance {tolerance:,})"
+
+
+# ---- figures from the recordings and constants from the programs -----------------------------
+def body(key: str) -> str:
+    rec = recordings.load("cpu", key)
+    assert rec is not None, f"no CPU recording {key}"
+    return rec.body
+
+
+def counted(key: str, what: str) -> int:
+    """The counted N of the line `what: predicted N U, counted N U`."""
+    m = re.search(rf"^{re.escape(what)}: predicted [\d,]+ \S+, counted ([\d,]+) \S+$", body(key),
+                  re.M)
+    assert m, f"{key}: no line {what!r}"
+    return int(m.group(1).replace(",", ""))
+
+
+UNITS = {"B": 1, "MB": 1e6, "GB": 1e9}
+
+
+def printed(key: str, label: str, units: str = "GB|MB|B") -> tuple[float, float]:
+    """The first figure in `units` after `label` in a recording, in bytes, and half a unit of
+    its last printed digit (the rounding the figure may hide)."""
+    text = body(key)
+    at = text.find(label)
+    assert at >= 0, f"{key}: no {label!r}"
+    m = re.compile(rf"([\d,]+(?:\.(\d+))?) ({units})\b").search(text, at + len(label))
+    assert m, f"{key}: no figure after {label!r}"
+    unit = UNITS[m.group(3)]
+    return float(m.group(1).replace(",", "")) * unit, 0.5 * 10 ** -len(m.group(2) or "") * unit
+
+
+OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+       ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+
+
+def constants(path: str) -> dict:
+    """Names the program assigns numbers to (NAME = 7e9, A, B = 8, 2 * 4), in order."""
+    names = {}
+
+    def value(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.Name):
+            return names[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in OPS:
+            return OPS[type(node.op)](value(node.left), value(node.right))
+        raise ValueError
+
+    tree = ast.parse((pages.ROOT / path).read_text(encoding="utf-8"))
+    for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)),
+                       key=lambda n: n.lineno):  # in the order the program runs them
+        if len(node.targets) != 1:
+            continue
+        target, source = node.targets[0], node.value
+        pairs = (zip(target.elts, source.elts) if isinstance(target, ast.Tuple)
+                 and isinstance(source, ast.Tuple) else [(target, source)])
+        for t, v in pairs:
+            try:
+                if isinstance(t, ast.Name):
+                    names[t.id] = value(v)
+            except (ValueError, KeyError):
+                pass
+    return names
+
+
+def linear_shapes(path: str) -> str:
+    """The `shapes` input of a program's nn.Linear(in, out) layers: weight out x in, bias out."""
+    layers = re.findall(r"nn\.Linear\((\d+), (\d+)\)", (pages.ROOT / path).read_text("utf-8"))
+    assert layers, path
+    return ",".join(f"{o}x{i},{o}" for i, o in layers)
+
+
+def processes(key: str) -> int:
+    return int(re.match(r"(\d+) processes", body(key)).group(1))
+
+
+# ---- exact: the programs that count ----------------------------------------------------------
+def test_ddp_cost(clean):
+    key = "ddp/cost"
+    r = calculate(clean, shapes=linear_shapes("snippets/ddp/cost.py"), gpus=processes(key),
+                  precision="fp32")
+    check("parameters", r["params"], counted(key, "parameters per rank"))
+    check("gradients", r["grads"], counted(key, "gradients per rank"))
+    check("Adam", r["optimizer"],
+          counted(key, "Adam moments per rank (exp_avg, exp_avg_sq)")
+          + counted(key, "Adam step counters per rank (one float32 per tensor)"))
+    ring = re.search(r"bytes sent per rank: .* = ([\d,]+) B", body(key))
+    check("ring all-reduce", r["comm"], int(ring.group(1).replace(",", "")))
+    assert r["activations"] is None  # no layers given: not computed, not zero
+
+
+@pytest.mark.parametrize("key", ["model_parallel/fsdp_cost", "model_parallel/fsdp_cost-4"])
+def test_fsdp_cost(clean, key):
+    r = calculate(clean, shapes=linear_shapes("snippets/model_parallel/fsdp_cost.py"),
+                  gpus=processes(key), zero=3, precision="fp32")
+    check("parameters", r["params"], counted(key, "parameters per rank (padded shards)"))
+    check("gradients", r["grads"], counted(key, "gradients per rank (padded shards)"))
+    check("Adam, rank 0", r["optimizer"],
+          counted(key, "Adam moments (exp_avg, exp_avg_sq), rank 0")
+          + counted(key, "Adam step counters per rank (one float32 per tensor)"))
+    sent = sum(counted(key, f"reshard_after_forward=True, {what}") for what in (
+        "forward, bytes from other ranks", "backward, bytes from other ranks",
+        "reduce-scatter, bytes for other ranks"))
+    check("all-gathers and reduce-scatter", r["comm"], sent)
+
+
+def test_tensor_cost(clean):
+    key, c = "model_parallel/tensor_cost", constants("snippets/model_parallel/tensor_cost.py")
+    assert c["FF"] == 4 * c["D"], "the page's block has an MLP of 4 * hidden"
+    r = calculate(clean, layers=1, hidden=c["D"], heads=c["HEADS"], vocab=0, seq=c["S"],
+                  batch=c["B"], tp=processes(key), gpus=processes(key), precision="fp32")
+    check("parameters per rank", r["params"], counted(key, "TP, parameters per rank"))
+    ring = re.search(r"both ([\d,]+) B \(formula only\)", body(key))
+    check("ring bytes per block", r["comm:tp"], int(ring.group(1).replace(",", "")))
+    check("all of it tensor parallel", r["comm"], r["comm:tp"])
+
+
+def test_pipeline_cost(clean):
+    key = "model_parallel/pipeline_cost"
+    m = re.search(r"(\d+) micro-batches of (\d+) x (\d+) float32", body(key))
+    p = processes(key)
+    assert p == 2, "with 2 stages each rank sends every crossing of the one boundary"
+    c = constants("snippets/model_parallel/pipeline_cost.py")
+    r = calculate(clean, params=c["L"] * (c["H"] ** 2 + c["H"]), layers=c["L"], hidden=c["H"],
+                  seq=1, batch=m.group(2), micro=m.group(1), pp=p, gpus=p, precision="fp32")
+    check("activations sent forward", r["comm"],
+          counted(key, "GPipe, activations sent forward per step"))
+
+
+# ---- printed: the problems' figures ----------------------------------------------------------
+def near(what, got, figure):
+    expected, tolerance = figure
+    check(what, got, expected, tolerance)
+
+
+def test_ddp_and_collectives_problems(clean):
+    c = constants("snippets/ddp/problems.py")
+    ddp = calculate(clean, params=c["P"], gpus=c["N"], zero=0)
+    near("DDP ring bytes", ddp["comm"], printed("ddp/problem-1", "bytes each GPU sends on a ring:"))
+    c = constants("snippets/collectives/problems.py")
+    ddp = calculate(clean, params=c["params"], gpus=c["n"], zero=0)
+    fsdp = calculate(clean, params=c["params"], gpus=c["n"], zero=3)
+    near("DDP", ddp["comm"], printed("collectives/problem-2", "DDP:"))
+    near("FSDP2", fsdp["comm"],
+         printed("collectives/problem-2", "FSDP2, reshard_after_forward=True:"))
+
+
+def test_fsdp_problems(clean):
+    c = constants("snippets/model_parallel/fsdp_problems.py")
+    runs = {z: calculate(clean, params=c["P"], gpus=c["N"], zero=z) for z in range(4)}
+    key = "model_parallel/fsdp_problem-1"
+    near("FSDP", runs[3]["comm"], printed(key, "FSDP, reshard_after_forward=True:"))
+    near("DDP", runs[0]["comm"], printed(key, "DDP (if it fitted):"))
+    key = "model_parallel/fsdp_problem-2"
+    for z, name in enumerate(["DDP:", "ZeRO-1:", "ZeRO-2:", "ZeRO-3 / FSDP:"]):
+        near(name, runs[z]["total"], printed(key, name, units="GB"))
+
+
+def test_tensor_and_pipeline_problems(clean):
+    c = constants("snippets/model_parallel/tensor_problems.py")
+    r = calculate(clean, params=c["LAYERS"] * c["PL"], layers=c["LAYERS"], hidden=c["H"],
+                  seq=c["TOKENS"], batch=1, tp=c["n"], gpus=c["n"])
+    near("TP per micro-batch", r["comm:tp"],
+         printed("model_parallel/tensor_problems-1", "MB per layer, "))
+    c = constants("snippets/model_parallel/pipeline_problems.py")
+    shape = dict(params=c["P"], layers=c["LAYERS"], hidden=c["h"], seq=c["s"], batch=c["b"],
+                 pp=c["p"], gpus=c["p"])
+    m = int(re.search(r"GPipe and 1F1B: m = (\d+)", body("model_parallel/pipeline-problem-2"))[1])
+    r = calculate(clean, micro=m, **shape)
+    near("a middle rank's sends", r["comm:pp"],
+         printed("model_parallel/pipeline-problem-2", "a middle rank sends"))
+    key = "model_parallel/pipeline-problem-3"
+    near("weights, gradients, Adam", r["params"] + r["grads"] + r["optimizer"],
+         printed(key, "weights, gradients and Adam per rank:"))
+    near("1F1B's first rank", r["activations"], printed(key, "first rank, 1F1B:"))
+
+
+def test_twod_problems(clean):
+    c = constants("snippets/model_parallel/twod_problems.py")
+    tokens = 8 * c["SEQ"]
+    assert re.search(r"tokens = 8 \* SEQ", (pages.ROOT / "snippets/model_parallel/"
+                                           "twod_problems.py").read_text("utf-8"))
+    shape = dict(params=c["P"], layers=c["LAYERS"], hidden=c["D"], seq=c["SEQ"],
+                 batch=tokens // c["SEQ"], tp=c["TP"], gpus=c["NODES"] * c["TP"], zero=3)
+    r = calculate(clean, **shape)
+    near("TP", r["comm:tp"], printed("model_parallel/twod-problem-1", "TP all-reduces over NVLink:"))
+    near("FSDP", r["comm:dp"], printed("model_parallel/twod-problem-1", "FSDP over InfiniBand:"))
+    key = "model_parallel/twod-problem-2"
+    near("model state", r["params"] + r["grads"] + r["optimizer"], printed(key, "GPUs:"))
+    full = calculate(clean, **shape | {"checkpointing": "full"})
+    one = calculate(clean, **shape | {"layers": 1})  # the layer recomputed at a time
+    near("checkpointed inputs, SP", full["activations"] - one["activations"],
+         printed(key, "with sequence parallelism"))
+
+
+def test_expert_problem(clean):
+    c = constants("snippets/expert/problems.py")
+    experts = c["E"] * c["LAYERS"] * 3 * c["H"] * c["F"]  # a SwiGLU expert: 3 H x F matrices
+    r = calculate(clean, params=experts, expert_params=experts, experts=c["E"], topk=c["K"],
+                  ep=c["N"], gpus=c["N"], layers=c["LAYERS"], hidden=c["H"], seq=c["TOKENS"],
+                  batch=1)
+    near("expert weights", r["params"], printed("expert/problem-1", "GB replicated,"))
+    near("all-to-alls", r["comm"], printed("expert/problem-1", f"{c['LAYERS']} layers:"))
+
+
+# ZeRO (Rajbhandari et al., arXiv 1910.02054), Figure 1: 7.5B parameters, 64 GPUs, K = 12
+PAPER = {"params": 7.5e9, "gpus": 64, "GB": [120, 31.4, 16.6, 1.9]}
+
+
+def test_zero_paper_figure_1(clean):
+    key = "model_parallel/memory-zero-paper"
+    for z, (paper, row) in enumerate(zip(PAPER["GB"], ["DDP", "ZeRO-1", "ZeRO-2",
+                                                       "ZeRO-3 / FSDP"])):
+        r = calculate(clean, params=PAPER["params"], gpus=PAPER["gpus"], zero=z)
+        check(f"stage {z}, the paper", r["total"], paper * 1e9, 0.05e9)
+        line = re.search(rf"^{re.escape(row)} .* ([\d.]+)$", body(key), re.M)
+        check(f"stage {z}, memory.py", r["total"], float(line[1]) * 1e9, 0.05e9)
+        assert r["activations"] is None
+
+
+# ---- the checks can fail; both languages; the address ---------------------------------------
+def test_a_wrong_expectation_is_caught(clean):
+    key = "ddp/cost"
+    r = calculate(clean, shapes=linear_shapes("snippets/ddp/cost.py"), gpus=processes(key),
+                  precision="fp32")
+    with pytest.raises(AssertionError):
+        check("parameters, one byte off", r["params"], counted(key, "parameters per rank") + 1)
+    with pytest.raises(AssertionError):  # a figure outside its printed rounding
+        near("ZeRO-1", r["params"], (31.4e9, 0.05e9))
+    wrong = calculate(clean, shapes=linear_shapes("snippets/ddp/cost.py"), gpus=processes(key),
+                      precision="bf16-mixed")  # the wrong precision for that run
+    with pytest.raises(AssertionError):
+        check("parameters, bf16", wrong["params"], counted(key, "parameters per rank"))
+
+
+def test_both_languages_give_the_same_results(clean):
+    inputs = dict(layers=32, hidden=4096, heads=32, vocab=32000, seq=4096, batch=2, micro=4,
+                  gpus=64, zero=3, tp=2, pp=2, cp=2, checkpointing="full")
+    en, zh = calculate(clean, "en", **inputs), calculate(clean, "zh", **inputs)
+    assert en == zh
+    assert all(v is not None for v in en.values()), en
+    parts = sum(en[f"comm:{k}"] for k in ("dp", "tp", "pp", "cp", "ep"))
+    assert abs(en["comm"] - parts) <= 5, "the parts, each rounded to the byte, add up"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_an_input_changes_the_address_and_a_link_reproduces_it(clean, lang):
+    b = clean
+    before = calculate(b, lang, params="7e9", gpus=8, zero=0)
+    b.page.fill("input[name=gpus]", "16")
+    b.page.select_option("select[name=zero]", "3")
+    query = parse_qs(urlsplit(b.page.url).query, keep_blank_values=True)
+    assert query["gpus"] == ["16"] and query["zero"] == ["3"] and query["params"] == ["7e9"]
+    assert set(query) == set(BASE), "every input is in the address"
+    shown = b.page.evaluate(READ)
+    b.goto(b.page.url.removeprefix(b.base))  # the link, opened again
+    assert b.page.evaluate(READ) == shown
+    assert shown["params"] != f"{before['params']:,} B"
+
+
+def test_a_refused_layout_says_why(clean):
+    b = clean
+    b.goto("calculator/?" + urlencode(BASE | {"params": "7B", "gpus": "6", "tp": "4"}))
+    b.page.wait_for_function("() => document.querySelector('[data-calculator]').dataset.state")
+    raw = b.page.evaluate(READ)
+    assert raw["state"] == "refused" and "tp × pp × cp" in raw["error"]
+    assert raw["total"] == "—"
