@@ -65,7 +65,7 @@ kept, counts = {}, {"peak": 0}  # kept: data_ptr -> [bytes, references]
 
 class Kept:  # packed by the saved-tensor hook: counted while autograd keeps the tensor
     def __init__(self, t):
-        self.t, self.ptr = t, t.data_ptr()
+        self.t, self.ptr = t.detach(), t.data_ptr()  # detached: no cycle via grad_fn
         kept.setdefault(self.ptr, [t.numel() * t.element_size(), 0])[1] += 1
         counts["peak"] = max(counts["peak"], sum(n for n, _ in kept.values()))
 
