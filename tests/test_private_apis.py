@@ -1,0 +1,44 @@
+"""The private APIs the planning page (docs/*/model-parallel/plan.md) teaches exist in the torch
+the suite runs. They are private (an underscore, or torch.testing._internal) and may change or
+vanish in any release; when one does, this test names it before the page's programs fail with a
+traceback."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+import torch.distributed as dist
+
+# (module, attribute, what the page uses it for)
+PRIVATE = [
+    ("torch.testing._internal.distributed.fake_pg", "FakeStore",
+     'the store of init_process_group("fake"); importing the module registers the backend'),
+    ("torch._subclasses.fake_tensor", "FakeTensorMode", "tensors with shapes and no data"),
+    ("torch.utils._python_dispatch", "TorchDispatchMode", "the mode that counts collectives"),
+    ("torch.distributed._local_tensor", "LocalTensorMode", "every rank's values in one process"),
+]
+
+
+@pytest.mark.parametrize("module, name, use", PRIVATE, ids=[f"{m}.{n}" for m, n, _ in PRIVATE])
+def test_private_api_exists(module, name, use):
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError as e:
+        found, why = None, f"cannot import {module}: {e}"
+    else:
+        why = f"{module} has no {name}"
+    assert found is not None, (f"torch {torch.__version__}: {why}. The planning page uses it "
+                               f"for {use}: rewrite snippets/model_parallel/plan.py or local.py "
+                               "and docs/*/model-parallel/plan.md for this torch.")
+
+
+def test_the_fake_backend_is_registered():
+    importlib.import_module("torch.testing._internal.distributed.fake_pg")
+    assert getattr(dist.Backend, "FAKE", None) == "fake", (
+        f"torch {torch.__version__}: dist.Backend has no FAKE = 'fake'; the planning page's "
+        'init_process_group("fake", ...) needs it')
+    assert "fake" in dist.Backend.backend_list, (
+        f"torch {torch.__version__}: the 'fake' backend is not registered "
+        f"(dist.Backend.backend_list = {dist.Backend.backend_list})")
