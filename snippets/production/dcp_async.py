@@ -1,7 +1,8 @@
-"""How long dcp.save and dcp.async_save block the training loop, and the bytes each process
-writes (its shard), predicted and counted in the checkpoint's metadata.
+"""How long dcp.save and dcp.async_save block the training loop, and the bytes each
+process writes (its shard), predicted and counted in the checkpoint's metadata.
 
-Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 snippets/production/dcp_async.py
+Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \
+         snippets/production/dcp_async.py
 """
 
 import argparse
@@ -25,9 +26,10 @@ argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun --standalone "
              "--nproc-per-node=2 snippets/production/dcp_async.py")
-local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+local_rank = int(os.environ["LOCAL_RANK"])
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
 gpus = torch.cuda.device_count()
-if gpus >= local_world:  # one GPU per process: NCCL, and gloo for the CPU (async_save needs it)
+if gpus >= local_world:  # a GPU per process: NCCL, and gloo for the CPU (async_save)
     device, backend = torch.device("cuda", local_rank), "cpu:gloo,cuda:nccl"
     torch.cuda.set_device(device)
 else:  # gloo crashed on CUDA tensors in DTensor/FSDP2 collectives: use the CPU
@@ -46,7 +48,7 @@ mesh = init_device_mesh(device.type, (world,))
 for block in model:
     fully_shard(block, mesh=mesh)
 fully_shard(model, mesh=mesh)
-opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)  # momentum: sharded too
+opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)  # sharded momentum
 
 
 def train_step(step: int) -> None:
@@ -63,8 +65,8 @@ dist.broadcast_object_list(box)  # every rank writes into the same folder
 root = box[0]
 
 # --8<-- [start:async]
-# DCP's collectives run on the thread that saves: give them a group of their own, so they
-# never interleave with the training loop's collectives on the default group
+# DCP's collectives run on the thread that saves: give them a group of their own, so
+# they never interleave with the training loop's collectives on the default group
 ckpt_group = dist.new_group(backend="gloo")
 for step in range(2):
     train_step(step)
@@ -80,7 +82,8 @@ model_sd, optim_sd = get_state_dict(model, opt)
 pending = dcp.async_save({"model": model_sd, "optim": optim_sd},
                          checkpoint_id=f"{root}/async", process_group=ckpt_group)
 blocked_async = time.perf_counter() - t0  # only the copy into CPU memory ("staging")
-saved = {k: v.to_local().clone() for k, v in model.state_dict().items()}  # what it must hold
+# what the checkpoint must hold
+saved = {k: v.to_local().clone() for k, v in model.state_dict().items()}
 for step in range(2, 4):  # training goes on while a thread writes the files
     train_step(step)
 pending.result()  # wait before the next save, and before the process exits
@@ -93,11 +96,12 @@ if rank == 0:
           f"{blocked_async * 1e3:.1f} ms ({ratio:.1f}x shorter; {world} processes, "
           f"{device.type}, local disk)")
 
-# the asynchronous checkpoint holds the weights of the moment it was taken, not later ones
+# the asynchronous checkpoint holds the weights of the moment it was taken
 fresh_sd, fresh_optim = get_state_dict(model, opt)
 state = {"model": fresh_sd, "optim": fresh_optim}
 dcp.load(state, checkpoint_id=f"{root}/async")
-set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+set_state_dict(model, opt, model_state_dict=state["model"],
+               optim_state_dict=state["optim"])
 same = all(torch.equal(v.to_local(), saved[k]) for k, v in model.state_dict().items())
 if rank == 0:
     print(f"async checkpoint loaded back: the weights after step 1, "

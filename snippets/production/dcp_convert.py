@@ -1,4 +1,5 @@
-"""A DCP checkpoint folder to one torch.save file and back (format_utils), in one process.
+"""A DCP checkpoint folder to one torch.save file and back (format_utils), in one
+process.
 
 Run: python snippets/production/dcp_convert.py /tmp/reshard   (a folder dcp.save wrote)
 """
@@ -10,10 +11,11 @@ import warnings
 
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save, torch_save_to_dcp
+from torch.distributed.checkpoint.format_utils import (dcp_to_torch_save,
+                                                      torch_save_to_dcp)
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-parser.add_argument("folder", help="a DCP checkpoint, e.g. what dcp_reshard.py --save wrote")
+parser.add_argument("folder", help="a DCP checkpoint: what dcp_reshard.py --save wrote")
 args = parser.parse_args()
 # no_dist=True below says it; DCP warns that it loads in one process all the same
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
@@ -30,16 +32,18 @@ print(f"dcp_to_torch_save: {os.path.basename(one_file)} holds "
 again = args.folder + "-again"
 shutil.rmtree(again, ignore_errors=True)
 torch_save_to_dcp(one_file, again)  # unpickles the whole file: only files you trust
-print(f"torch_save_to_dcp: {os.path.basename(again)}/ holds {sorted(os.listdir(again))}")
+print(f"torch_save_to_dcp: {os.path.basename(again)}/ holds "
+      f"{sorted(os.listdir(again))}")
 back = {"model": {k: torch.empty_like(v) for k, v in sd["model"].items()}}
 dcp.load(back, checkpoint_id=again, no_dist=True)  # no process group, one process
 # --8<-- [end:convert]
 
 ref = torch.load(args.folder + ".full.pt", weights_only=True) \
     if os.path.exists(args.folder + ".full.pt") else sd["model"]
-equal = all(torch.equal(ref[k], sd["model"][k]) and torch.equal(ref[k], back["model"][k])
-            for k in ref)
-print(f"  both against the weights before saving: torch.equal on all {len(ref)}: {equal}")
+equal = all(torch.equal(ref[k], sd["model"][k])
+            and torch.equal(ref[k], back["model"][k]) for k in ref)
+print(f"  both against the weights before saving: "
+      f"torch.equal on all {len(ref)}: {equal}")
 shutil.rmtree(again, ignore_errors=True)
 os.remove(one_file)
 if not equal:

@@ -1,6 +1,6 @@
-"""One checkpoint, three layouts: saved under FSDP2 by 2 processes, loaded under tensor
-parallelism by 2 processes and into one process without a process group; the weights are the
-same, bit for bit.
+"""One checkpoint, three layouts: saved under FSDP2 by 2 processes, loaded under
+tensor parallelism by 2 processes and into one process without a process group; the
+weights are the same, bit for bit.
 
 Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \
          snippets/production/dcp_reshard.py --save /tmp/reshard
@@ -21,20 +21,21 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                     get_model_state_dict,
                                                      set_model_state_dict)
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 what = parser.add_mutually_exclusive_group(required=True)
-what.add_argument("--save", metavar="DIR", help="FSDP2, under torchrun: train a step, save")
-what.add_argument("--load-tp", metavar="DIR", help="tensor parallel, under torchrun: load")
+what.add_argument("--save", metavar="DIR", help="FSDP2 (torchrun): train a step, save")
+what.add_argument("--load-tp", metavar="DIR", help="tensor parallel (torchrun): load")
 what.add_argument("--load-one", metavar="DIR", help="one process, no torchrun: load")
 args = parser.parse_args()
 distributed = args.load_one is None
 if distributed != ("LOCAL_RANK" in os.environ):
-    sys.exit("--save and --load-tp run under torchrun, --load-one without it: see the first "
-             "lines of snippets/production/dcp_reshard.py")
-FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors, on rank 0
+    sys.exit("--save and --load-tp run under torchrun, --load-one without it: see the "
+             "first lines of snippets/production/dcp_reshard.py")
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole, on rank 0
 
 
 def make_model(device) -> nn.Module:
@@ -45,10 +46,12 @@ def make_model(device) -> nn.Module:
 
 rank = 0
 if distributed:
-    local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
     if 64 % int(os.environ["WORLD_SIZE"]):
-        sys.exit("run with 1, 2, 4, 8, 16, 32 or 64 processes: tensor parallelism cuts the "
-                 "64 hidden features into equal shards" if os.environ["RANK"] == "0" else 2)
+        sys.exit("run with 1, 2, 4, 8, 16, 32 or 64 processes: tensor parallelism "
+                 "cuts the 64 hidden features into equal shards"
+                 if os.environ["RANK"] == "0" else 2)
     gpus = torch.cuda.device_count()
     if gpus >= local_world:  # one GPU per process: NCCL
         device, backend = torch.device("cuda", local_rank), "nccl"
@@ -100,8 +103,9 @@ if args.load_tp:
 
 # --8<-- [start:load_one]
 if args.load_one:
-    warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # we know
-    model = make_model("cpu")  # plain tensors; no process group: DCP reads in this process
+    # no_dist=True says it; DCP warns that it loads in one process all the same
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    model = make_model("cpu")  # plain tensors, no process group: DCP reads here
     sd = {"model": model.state_dict()}
     dcp.load(sd, checkpoint_id=args.load_one, no_dist=True)
     set_model_state_dict(model, sd["model"], options=StateDictOptions(strict=True))
@@ -112,7 +116,8 @@ if args.load_one:
 if rank == 0 and not args.save:
     ref = torch.load((args.load_tp or args.load_one) + ".full.pt", weights_only=True)
     equal = ref.keys() == full.keys() and all(torch.equal(ref[k], full[k]) for k in ref)
-    print(f"  weights against FSDP2's before saving: torch.equal on all {len(ref)}: {equal}")
+    print(f"  weights against FSDP2's before saving: "
+          f"torch.equal on all {len(ref)}: {equal}")
     if not equal:
         sys.exit("the loaded weights differ from the saved ones")
 if distributed:

@@ -1,12 +1,10 @@
-"""Resume bit for bit: the whole application state (model, optimizer, LR schedule, data
-position, random generators) saved with torch.distributed.checkpoint every 3 steps; a run killed
-and restarted ends with the weights of a run never interrupted.
+"""Resume bit for bit: the whole application state (model, optimizer, LR schedule,
+data position, random generators) saved with torch.distributed.checkpoint every 3 steps;
+a run killed and restarted ends with the weights of a run never interrupted.
 
-Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 snippets/production/dcp_resume.py \
-         --ckpt-dir /tmp/resume-a --save-final /tmp/resume-a.pt
-     OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 --max-restarts=1 \
-         snippets/production/dcp_resume.py --ckpt-dir /tmp/resume-b --kill-at-step 8 \
-         --compare /tmp/resume-a.pt
+Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \
+         snippets/production/dcp_resume.py --ckpt-dir /tmp/a --save-final /tmp/a.pt
+     then with --max-restarts=1, --ckpt-dir /tmp/b --kill-at-step 8 --compare /tmp/a.pt
 """
 
 import argparse
@@ -22,7 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                     get_model_state_dict,
                                                      get_state_dict, set_state_dict)
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.distributed.device_mesh import init_device_mesh
@@ -30,15 +29,17 @@ from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DistributedSampler
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-parser.add_argument("--ckpt-dir", required=True, help="one folder per checkpoint, in here")
+parser.add_argument("--ckpt-dir", required=True, help="a folder per checkpoint, in it")
 parser.add_argument("--steps", type=int, default=12)
-parser.add_argument("--kill-at-step", type=int, default=-1, help="rank 1 dies there (attempt 0)")
-parser.add_argument("--save-final", metavar="PATH", help="rank 0 saves the full final weights")
-parser.add_argument("--compare", metavar="PATH", help="compare the final weights with these")
+parser.add_argument("--kill-at-step", type=int, default=-1,
+                    help="rank 1 dies there (attempt 0)")
+parser.add_argument("--save-final", metavar="PATH", help="save the whole final weights")
+parser.add_argument("--compare", metavar="PATH", help="compare the final weights to it")
 args = parser.parse_args()
 if "LOCAL_RANK" not in os.environ:
-    sys.exit("start me with torchrun: see the first lines of snippets/production/dcp_resume.py")
-local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    sys.exit("start me with torchrun: see the first lines of this program")
+local_rank = int(os.environ["LOCAL_RANK"])
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
 gpus = torch.cuda.device_count()
 if gpus >= local_world:  # one GPU per process: NCCL
     device, backend = torch.device("cuda", local_rank), "nccl"
@@ -48,11 +49,12 @@ else:  # gloo crashed on CUDA tensors in DTensor/FSDP2 collectives: use the CPU
 dist.init_process_group(backend, timeout=timedelta(seconds=60))
 rank, world = dist.get_rank(), dist.get_world_size()
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-N, BATCH, EVERY = 40, 4, 3  # samples, samples per rank and step, steps between checkpoints
+N, BATCH, EVERY = 40, 4, 3  # samples; per rank and step; steps between checkpoints
 
 torch.manual_seed(0)  # the same initial weights and data on every rank
 X, Y = torch.randn(N, 16), torch.randn(N, 1)
-model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Dropout(0.1), nn.Linear(32, 1)).to(device)
+model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Dropout(0.1),
+                      nn.Linear(32, 1)).to(device)
 mesh = init_device_mesh(device.type, (world,))
 fully_shard(model, mesh=mesh)
 opt = torch.optim.AdamW(model.parameters(), lr=0.01)
@@ -60,7 +62,7 @@ sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
 sampler = DistributedSampler(range(N), num_replicas=world, rank=rank, shuffle=True,
                              seed=0, drop_last=True)
 position = {"epoch": 0, "batch": 0}  # where the next step starts reading
-torch.manual_seed(1 + rank)  # from here on each rank draws its own numbers (dropout, noise)
+torch.manual_seed(1 + rank)  # from here on each rank draws its own (dropout, noise)
 random.seed(1 + rank)
 np.random.seed(1 + rank)
 
@@ -81,7 +83,8 @@ class AppState(Stateful):
                 "data": dict(position), f"rng/rank{rank}": rng}
 
     def load_state_dict(self, sd):
-        set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+        set_state_dict(model, opt, model_state_dict=sd["model"],
+                       optim_state_dict=sd["optim"])
         sched.load_state_dict(sd["sched"])
         position.update(sd["data"])
         rng = sd[f"rng/rank{rank}"]
@@ -95,9 +98,9 @@ class AppState(Stateful):
 
 # --8<-- [start:resume]
 state = {"app": AppState()}
-done = sorted(d for d in os.listdir(args.ckpt_dir)  # complete: .metadata is written last
-              if os.path.exists(os.path.join(args.ckpt_dir, d, ".metadata"))) \
-    if os.path.isdir(args.ckpt_dir) else []
+os.makedirs(args.ckpt_dir, exist_ok=True)
+done = sorted(d for d in os.listdir(args.ckpt_dir)  # complete: .metadata comes last
+              if os.path.exists(os.path.join(args.ckpt_dir, d, ".metadata")))
 step = 0
 if done:
     dcp.load(state, checkpoint_id=os.path.join(args.ckpt_dir, done[-1]))
@@ -109,7 +112,7 @@ if rank == 0:
 
 # --8<-- [start:train]
 while step < args.steps:
-    sampler.set_epoch(position["epoch"])  # the epoch's shuffle, the same after a restart
+    sampler.set_epoch(position["epoch"])  # the epoch's shuffle, also after a restart
     order = list(sampler)
     for b in range(position["batch"], len(order) // BATCH):
         if step == args.kill_at_step and attempt == 0 and rank == 1:
@@ -123,7 +126,8 @@ while step < args.steps:
         sched.step()
         step, position["batch"] = step + 1, b + 1
         if step % EVERY == 0:
-            dcp.save(state, checkpoint_id=os.path.join(args.ckpt_dir, f"step-{step:05d}"))
+            folder = os.path.join(args.ckpt_dir, f"step-{step:05d}")
+            dcp.save(state, checkpoint_id=folder)
             if rank == 0:
                 print(f"saved step-{step:05d}")
         if step == args.steps:

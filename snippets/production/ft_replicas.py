@@ -1,5 +1,6 @@
-"""torchft: two replica groups train under a lighthouse; one is killed, the other trains on
-alone, the killed one restarts, heals from the healthy one, and both end with equal weights.
+"""torchft: two replica groups train under a lighthouse; one is killed, the other
+trains on alone, the killed one restarts, heals from the healthy one, and both end with
+equal weights.
 
 Run: python snippets/production/ft_replicas.py      (needs: pip install torchft)
 """
@@ -20,8 +21,8 @@ import torch
 from torch import nn
 
 argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
-os.environ.setdefault("RUST_LOG", "error")  # torchft's Rust part logs every quorum at INFO
-KILL_AT, TOGETHER = 3, 3  # group 1 dies at step 3; the run ends 3 joint steps after it rejoins
+os.environ.setdefault("RUST_LOG", "error")  # torchft's Rust part logs every quorum
+KILL_AT, TOGETHER = 3, 3  # group 1 dies at step 3; the end: 3 steps after it is back
 ctx = mp.get_context("fork")  # children start without importing torch again
 both_up = ctx.Barrier(2)  # the first quorum waits for both groups
 
@@ -52,7 +53,7 @@ def replica(group: int, life: int, address: str, events, log: str) -> None:
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
     inner = torch.optim.AdamW(model.parameters(), lr=0.01)
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    manager = Manager(  # a replica group of one process: its rank 0 talks to the lighthouse
+    manager = Manager(  # a group of one process: its rank 0 talks to the lighthouse
         pg=ProcessGroupGloo(timeout=timedelta(seconds=10)), min_replica_size=1,
         state_dict=lambda: {"model": model.state_dict(), "optim": inner.state_dict()},
         load_state_dict=lambda sd: (model.load_state_dict(sd["model"]),
@@ -62,7 +63,7 @@ def replica(group: int, life: int, address: str, events, log: str) -> None:
         timeout=timedelta(seconds=10), quorum_timeout=timedelta(seconds=60),
         connect_timeout=timedelta(seconds=10))
     ddp = DistributedDataParallel(manager, model)  # all-reduces across the groups
-    opt = Optimizer(manager, inner)  # zero_grad() joins the quorum, step() commits or not
+    opt = Optimizer(manager, inner)  # zero_grad() joins the quorum, step() commits
     if life == 0:  # both heartbeat to the lighthouse before either asks for a quorum
         both_up.wait(timeout=60)
         time.sleep(1)
@@ -78,7 +79,8 @@ def replica(group: int, life: int, address: str, events, log: str) -> None:
         opt.step()
         time.sleep(0.05)  # stands for the compute of a real step
         n = manager.num_participants()
-        events.put(("step", group, step, n, manager.current_step() > step))  # committed?
+        committed = manager.current_step() > step
+        events.put(("step", group, step, n, committed))
         alone = alone or n == 1 or life > 0
         together = together + 1 if alone and n == 2 else 0
     buf = io.BytesIO()  # bytes, not tensors: a queue would share tensors' memory with a
@@ -114,7 +116,7 @@ try:
             ev = events.get(timeout=0.5)
         except queue.Empty:
             if time.monotonic() - last > 90:
-                raise SystemExit(f"no progress for 90 s; the groups' logs: {logs}") from None
+                raise SystemExit(f"no progress for 90 s; the logs: {logs}") from None
             continue
         last = time.monotonic()
         if ev[0] == "step" and ev[1] == 0 and ev[3] == 1 and ev[4]:

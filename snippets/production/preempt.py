@@ -1,8 +1,10 @@
-"""Preemption: SIGTERM sets a flag, the ranks agree at the next step boundary, checkpoint, and
-exit with a status that torchrun restarts; the resumed job ends where an uninterrupted one ends.
+"""Preemption: SIGTERM sets a flag, the ranks agree at the next step boundary,
+checkpoint, and exit with a status that torchrun restarts; the resumed job ends where an
+uninterrupted one ends.
 
 Run: OMP_NUM_THREADS=1 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone \
-         --nproc-per-node=2 --max-restarts=1 snippets/production/preempt.py --preempt-at-step 5
+         --nproc-per-node=2 --max-restarts=1 snippets/production/preempt.py \
+         --preempt-at-step 5
 """
 
 import argparse
@@ -19,7 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                     get_model_state_dict,
                                                      get_state_dict, set_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -30,8 +33,10 @@ parser.add_argument("--preempt-at-step", type=int, default=-1,
                     help="rank 0 plays the scheduler there: SIGTERM to every worker")
 args = parser.parse_args()
 if "LOCAL_RANK" not in os.environ:
-    sys.exit("start me with torchrun: see the first lines of snippets/production/preempt.py")
-local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    sys.exit("start me with torchrun: see the first lines of "
+             "snippets/production/preempt.py")
+local_rank = int(os.environ["LOCAL_RANK"])
+local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
 gpus = torch.cuda.device_count()
 if gpus >= local_world:  # one GPU per process: NCCL
     device, backend = torch.device("cuda", local_rank), "nccl"
@@ -41,7 +46,8 @@ else:  # gloo crashed on CUDA tensors in DTensor/FSDP2 collectives: use the CPU
 dist.init_process_group(backend, timeout=timedelta(seconds=60))
 rank, world = dist.get_rank(), dist.get_world_size()
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-ckpt_dir = os.path.join(tempfile.gettempdir(), "preempt-" + os.environ["TORCHELASTIC_RUN_ID"])
+run_id = os.environ["TORCHELASTIC_RUN_ID"]  # the same in every attempt
+ckpt_dir = os.path.join(tempfile.gettempdir(), "preempt-" + run_id)
 EXIT_PREEMPTED = 128 + signal.SIGTERM  # 143, as if SIGTERM had killed it: not a success
 
 # --8<-- [start:handler]
@@ -68,7 +74,7 @@ def build():
 
 
 def train_step(model, opt, step):
-    g = torch.Generator().manual_seed(1000 * step + rank)  # the data: a function of the step
+    g = torch.Generator().manual_seed(1000 * step + rank)  # data: a function of step
     x, y = torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)
     nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
     opt.step()
@@ -82,7 +88,8 @@ if os.path.exists(os.path.join(ckpt_dir, ".metadata")):  # a restart: resume
     m, o = get_state_dict(model, opt)
     state = {"model": m, "optim": o, "step": 0}
     dcp.load(state, checkpoint_id=ckpt_dir)
-    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(model, opt, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
     step = state["step"]
 if rank == 0:
     print(f"attempt {attempt}: starting at step {step}")
@@ -97,7 +104,7 @@ while step < args.steps:
     step += 1
     # decide on a copy all ranks agree on: the flag itself may change any time
     stop = torch.tensor([float(signalled)], device=device)
-    dist.all_reduce(stop, op=dist.ReduceOp.MAX)  # one rank told is enough: all stop here
+    dist.all_reduce(stop, op=dist.ReduceOp.MAX)  # one rank told: all stop here
     if stop.item():
         m, o = get_state_dict(model, opt)
         dcp.save({"model": m, "optim": o, "step": step}, checkpoint_id=ckpt_dir)
