@@ -139,7 +139,8 @@ if rank == 0:
     for r in range(world):
         print(f"tensor bytes written by rank {r}: predicted {predicted_bytes(r):,} B, "
               f"counted {counted[r]:,} B")
-    print(f"and {len(pickled)} pickled values, e.g. {pickled[0]}")
+    hyper = all(k.startswith("optim.param_groups.") for k in pickled)
+    print(f"not tensors, pickled and written once: the optimizer's settings: {hyper}")
     print("files:", " ".join(sorted(os.listdir(f"{root}/sync"))))
 # --8<-- [end:bytes]
 
