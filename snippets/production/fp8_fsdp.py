@@ -32,7 +32,9 @@ n = int(os.environ["WORLD_SIZE"])
 if n == 1 or 64 % n:  # FSDP2 pads uneven shards, torchao's float8 weights do not
     sys.exit(f"start 2, 4, 8, 16, 32 or 64 processes, not {n}: one process shards "
              "nothing, and the float8 all-gather needs shards of equal size")
-gpus = torch.cuda.device_count()
+gpus = torch.cuda.device_count()  # float8 products need compute capability >= 8.9:
+if gpus and torch.cuda.get_device_capability() < (8, 9):  # older GPUs leave the work
+    gpus = 0  # to the CPU
 device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % gpus) if gpus else "cpu"
 if gpus:
     torch.cuda.set_device(device)

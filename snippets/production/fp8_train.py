@@ -14,7 +14,9 @@ logging.getLogger("torchao").setLevel(logging.ERROR)
 logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)  # and a deprecation
 from torchao.float8 import Float8LinearConfig, convert_to_float8_training  # noqa: E402
 
-device = "cuda" if torch.cuda.is_available() else "cpu"
+# float8 products need compute capability 8.9 or newer; elsewhere the CPU computes them
+fp8_gpu = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+device = "cuda" if fp8_gpu else "cpu"
 
 # --8<-- [start:convert]
 def make(recipe):
