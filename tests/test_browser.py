@@ -127,6 +127,13 @@ READER_SEARCHES = [
     ("FSDP slow multi-node", ["model-parallel/fsdp/"], "en"),
     ("MoE all-to-all", ["expert/"], "en"),
     ("token dropping", ["expert/"], "en"),
+    ("save_on_cpu slow", ["production/activations/"], "en"),
+    ("selective activation checkpointing policy", ["production/activations/"], "en"),
+    ("float8 training CPU", ["production/precision/"], "en"),
+    ("unscale gradients before clipping", ["production/precision/"], "en"),
+    ("选择性激活检查点", ["production/activations/"], "zh"),
+    ("激活卸载", ["production/activations/"], "zh"),
+    ("FP8 训练", ["production/precision/"], "zh"),
 ]
 
 
