@@ -2,6 +2,7 @@
 checkpointing, with full and with selective activation checkpointing."""
 
 import argparse
+import inspect
 import sys
 from collections import Counter
 from functools import partial
@@ -121,7 +122,11 @@ def policy(ctx, op, *args, **kwargs):  # called for every op of the forward
 
 
 full = partial(checkpoint, use_reentrant=False)
-selective = partial(checkpoint, use_reentrant=False, context_fn=partial(
+# torch 2.14 asks whether what SAC saves goes through saved-tensor hooks; False keeps
+# the behaviour of earlier releases: it does not, and `cached` above counts it instead
+legacy = {"respect_saved_tensors_hooks": False} if "respect_saved_tensors_hooks" in \
+    inspect.signature(checkpoint).parameters else {}
+selective = partial(checkpoint, use_reentrant=False, **legacy, context_fn=partial(
     create_selective_checkpoint_contexts, policy))
 # --8<-- [end:policy]
 
