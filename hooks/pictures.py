@@ -4,13 +4,16 @@
 
 They are generated files: nothing is written into ``docs/``. A picture is drawn again when its
 recordings or ``pagerun/pictures.py`` change; ``.cache/pictures/`` (gitignored) keeps the last
-drawing of each, so a build that finds it unchanged does not import matplotlib.
+drawing of each, so a build that finds it unchanged does not import matplotlib. A picture
+drawn from a GPU recording sits in ``<!-- picture: NAME -->`` … ``<!-- /picture -->`` on its
+page: without that recording the block becomes one sentence saying a GPU run draws it.
 """
 
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
 from pagerun import pictures
+from pagerun.pictures import on_page_markdown  # noqa: F401  (a GPU picture before a GPU run)
 
 
 @event_priority(-200)  # after mkdocs-static-i18n (-100), which rebuilds every file object

@@ -43,6 +43,8 @@ WORDS = {
         "params": "parameters", "grads": "gradients", "adam": "Adam moments",
         "acts": "activations held at peak", "ranks": "{} ranks",
         "ms": "CPU total, ms (rank 0, step 4; a CPU run)",
+        "allocated": "allocated", "reserved": "reserved", "mib": "MiB after each line (allocated / reserved)",
+        "later": "A GPU run of this program draws its picture here.",
     },
     "zh": {
         "rank": "rank {}", "slot": "时间，以槽计（1 槽：前向经过全部层的 1/{}）",
@@ -54,6 +56,8 @@ WORDS = {
         "params": "参数", "grads": "梯度", "adam": "Adam 动量",
         "acts": "峰值时持有的激活值", "ranks": "{} 个 rank",
         "ms": "CPU 总时间，毫秒（rank 0，第 4 步；CPU 上的运行）",
+        "allocated": "已分配", "reserved": "已保留", "mib": "每行之后的 MiB（已分配 / 已保留）",
+        "later": "在 GPU 上运行这个程序后，这里会画出它的图。",
     },
 }
 
@@ -135,6 +139,22 @@ def profile_tables(lines: list[str]) -> list[tuple[str, list[tuple[str, float]]]
         elif row and out:
             out[-1][1].append((row["name"], float(row["ms"])))
     return out
+
+
+_MEMORY = re.compile(r"^(?P<label>\S.*?)\s+allocated\s+(?P<a>\d+) MiB\s+reserved\s+(?P<r>\d+) MiB$")
+
+
+def memory_series(lines: list[str]) -> list[tuple[str, int, int]]:
+    """(label, allocated MiB, reserved MiB) of each ``LABEL allocated N MiB reserved N MiB``."""
+    return [(m["label"], int(m["a"]), int(m["r"])) for m in map(_MEMORY.match, lines) if m]
+
+
+def device(path: Path) -> str:
+    """The ``#: device:`` of a recording's header."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#: device: "):
+            return line[len("#: device: "):]
+    return "?"
 
 
 # ------------------------------------------------------------------ drawing
@@ -331,6 +351,26 @@ def draw_profile(data, lang: str) -> str:
     return _svg(fig)
 
 
+def draw_memory(series, title: str, lang: str) -> str:
+    w = WORDS[lang]
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    xs = range(len(series))
+    ax.fill_between(xs, [r for _, _, r in series], step="post", facecolor=SERIES[1],
+                    alpha=0.45, hatch="//", hatchcolor=SERIES[1], edgecolor=SERIES[1],
+                    linewidth=1, label=w["reserved"])
+    ax.step(xs, [a for _, a, _ in series], where="post", color=SERIES[0], linewidth=2,
+            label=w["allocated"])
+    for x, (_, a, r) in zip(xs, series):
+        ax.text(x + 0.05, r, f"{a} / {r}", va="bottom", ha="left", fontsize=8, color=FG)
+    ax.set_xticks(list(xs), [label for label, _, _ in series], rotation=20, ha="right",
+                  fontsize=8)
+    ax.set_ylabel(w["mib"])
+    ax.set_title(title, fontsize=9, loc="left")
+    ax.legend(loc="upper right", fontsize=9)
+    return _svg(fig)
+
+
 # ------------------------------------------------------------------ the pictures
 @dataclass(frozen=True)
 class Picture:
@@ -379,10 +419,26 @@ PICTURES: dict[str, Picture] = {
     "profile-step": Picture(
         ("cpu/production/profile_step.txt",),
         lambda paths, lang: draw_profile(profile_tables(body(paths[0])), lang)),
+    # a GPU picture: from outputs/gpu only; without that recording it is not drawn
+    "cuda-allocator-gpu": Picture(
+        ("gpu/cuda/allocator.txt",),
+        lambda paths, lang: draw_memory(memory_series(body(paths[0])), device(paths[0]), lang)),
 }
 
 _CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 CACHE = ROOT / ".cache" / "pictures"  # gitignored; a build without it draws everything
+
+
+_BLOCK = re.compile(r"<!-- picture: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /picture -->\n",
+                    re.S)
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    """``<!-- picture: NAME -->`` … ``<!-- /picture -->``: the picture and its caption where its
+    recordings exist, else one sentence saying that a GPU run draws it (no placeholder)."""
+    lang = page.file.src_uri.split("/")[0]
+    return _BLOCK.sub(lambda m: m["body"] if available(m["name"]) else
+                      WORDS.get(lang, WORDS["en"])["later"] + "\n", markdown)
 
 
 def render(name: str, lang: str, paths: list[Path] | None = None) -> str:

@@ -36,6 +36,9 @@ CHANGES = {
                     "rank 0: [0, 1, 2, 3] -> [61, 64, 68, 72]", ">61<"),
     "profile-step": (0, "  forward                  1    2.107 ms",
                      "  forward                  1    9.876 ms", "> 9.876<"),
+    "cuda-allocator-gpu": (0, "after del              allocated      0 MiB   reserved    256 MiB",
+                           "after del              allocated      0 MiB   reserved    300 MiB",
+                           ">0 / 300<"),
 }
 
 
@@ -98,3 +101,19 @@ def test_every_picture_is_shown_and_every_shown_picture_exists(lang):
     drawn = {n for n in pictures.PICTURES if pictures.available(n)}
     assert set(shown) == drawn
     assert all(v == {"light", "dark"} for v in shown.values()), shown
+
+
+def test_a_gpu_picture_without_its_recording_is_one_sentence(monkeypatch):
+    """Before a GPU run: no file, no link, one sentence in the page's language."""
+    block = ("<!-- picture: cuda-allocator-gpu -->\n![x](../pictures/cuda-allocator-gpu.svg)\n"
+             "<!-- /picture -->\n")
+
+    class Page:
+        class file:
+            src_uri = "zh/cuda/index.md"
+
+    inner = block.split("\n", 1)[1].replace("<!-- /picture -->\n", "")
+    assert pictures.on_page_markdown(block, Page, None, None) == inner
+    monkeypatch.setattr(pictures, "available", lambda name: False)
+    later = pictures.WORDS["zh"]["later"]
+    assert pictures.on_page_markdown(block, Page, None, None) == later + "\n"
