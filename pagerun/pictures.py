@@ -30,6 +30,8 @@ MUTED = "#8a9099"    # idle outlines, grid: readable on white and on Material's 
 # Okabe-Ito colours: told apart with colour-blindness, and legible on both schemes
 COLOURS = {"F": "#56B4E9", "B": "#E69F00", "I": "#CC79A7", "W": "#009E73"}
 SERIES = ["#56B4E9", "#E69F00", "#009E73", "#CC79A7", "#F0E442", "#D55E00"]
+LABEL_BOX = {"boxstyle": "square,pad=0.15", "facecolor": "#ffffff", "edgecolor": "none",
+             "alpha": 0.85}  # a number over a hatch: black on white, in both schemes
 HATCHES = ["", "//", "\\\\", "xx", "--", "||"]
 
 WORDS = {
@@ -43,7 +45,8 @@ WORDS = {
         "params": "parameters", "grads": "gradients", "adam": "Adam moments",
         "acts": "activations held at peak", "ranks": "{} ranks",
         "ms": "CPU total, ms (rank 0, step 4; a CPU run)",
-        "allocated": "allocated", "reserved": "reserved", "mib": "MiB after each line (allocated / reserved)",
+        "allocated": "allocated", "reserved": "reserved",
+        "mib": "MiB after each line (allocated / reserved)",
         "later": "A GPU run of this program draws its picture here.",
     },
     "zh": {
@@ -271,7 +274,7 @@ def draw_bars(groups: list[tuple[str, dict[str, dict[int, int]]]], lang: str,
                        edgecolor=FG, linewidth=0.6, label=w[word] if x == 0 else None)
                 if value:
                     ax.text(x, bottom + value / 2, f"{value:,}", ha="center", va="center",
-                            color="#000000", fontsize=7)
+                            color="#000000", fontsize=7, bbox=LABEL_BOX)
                 bottom += value
             top = max(top, bottom)
             ticks.append(x)
