@@ -212,7 +212,8 @@ def draw_timelines(data: dict[str, list[str]], lang: str) -> str:
     plt = _plt()
     rows = sum(len(r) for r in data.values()) + len(data) - 1
     width = max(len(r) for rs in data.values() for r in rs)
-    fig, ax = plt.subplots(figsize=(0.26 * width + 2.2, 0.36 * rows + 1.3))
+    # about the page's column (~7 in at 96 px/in), so that its text is read at its size
+    fig, ax = plt.subplots(figsize=(6.2, 0.3 * rows + 1.1))
     y, ticks, labels, used = 0, [], [], set()
     for name, ranks in data.items():
         wide = name in ("GPipe", "1F1B")
@@ -226,7 +227,7 @@ def draw_timelines(data: dict[str, list[str]], lang: str) -> str:
                                            edgecolor=FG, linewidth=0.6, hatchcolor="#ffffff",
                                            hatch="//" if second else None))
                 ax.text(start + n / 2, -y, letter, ha="center", va="center", color="#000000",
-                        fontsize=8)
+                        fontsize=7)
             for m in re.finditer(r"\.+", row):  # idle: a dashed outline
                 ax.add_patch(plt.Rectangle((m.start(), -y - 0.4), len(m[0]), 0.8,
                                            fill=False, edgecolor=MUTED, linewidth=0.6,
@@ -259,7 +260,7 @@ def draw_bars(groups: list[tuple[str, dict[str, dict[int, int]]]], lang: str,
     w = WORDS[lang]
     plt = _plt()
     n = sum(max(len(v) for v in d.values()) for _, d in groups) + len(groups) - 1
-    fig, ax = plt.subplots(figsize=(max(4.2, 0.7 * n + 2.6), 3.4))
+    fig, ax = plt.subplots(figsize=(min(6.4, max(3.6, 0.6 * n + 1.4)), 3.2))
     x, ticks, labels, top = 0, [], [], 0
     for title, data in groups:
         ranks = sorted({r for v in data.values() for r in v})
@@ -289,7 +290,7 @@ def draw_bars(groups: list[tuple[str, dict[str, dict[int, int]]]], lang: str,
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
     if len(series) > 1:
         ax.set_ylabel(w["bytes"])
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9)
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(series), fontsize=9)
     else:  # one series: it names the axis
         ax.set_ylabel(f"{w[next(iter(series.values()))]}, {w['bytes']}")
     return _svg(fig)
@@ -300,7 +301,7 @@ def draw_collectives(data, lang: str) -> str:
     plt = _plt()
     cols = 2
     rows = (len(data) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(11, 2.0 * rows))
+    fig, axes = plt.subplots(rows, cols, figsize=(7.2, 1.7 * rows))
     cell = 1.0
     for ax, (title, ranks) in zip(axes.flat, data):
         summed = "sum" in title
@@ -311,7 +312,7 @@ def draw_collectives(data, lang: str) -> str:
                     ax.add_patch(plt.Rectangle((x0 + i * cell, -r - 0.4), cell * 0.92, 0.8,
                                                facecolor=colour, edgecolor=FG, linewidth=0.5))
                     ax.text(x0 + i * cell + 0.46, -r, str(v), ha="center", va="center",
-                            fontsize=8, color="#000000")
+                            fontsize=7, color="#000000")
             ax.text(-0.3, -r, w["rank"].format(r), ha="right", va="center", fontsize=8)
             ax.annotate("", xy=(5.2, -r), xytext=(4.2, -r),
                         arrowprops={"arrowstyle": "->", "color": FG, "lw": 0.8})
@@ -327,9 +328,9 @@ def draw_collectives(data, lang: str) -> str:
                              label=w["from"].format(r)) for r in range(len(data[0][1]))]
     handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=MUTED, edgecolor=FG, lw=0.5,
                                  label=w["sum"]))
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9,
-               bbox_to_anchor=(0.5, -0.04))
-    fig.subplots_adjust(hspace=0.5, wspace=0.05)
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8,
+               bbox_to_anchor=(0.5, 0.1), handlelength=1.2, columnspacing=1.0)
+    fig.subplots_adjust(hspace=0.5, wspace=0.12)
     return _svg(fig)
 
 
@@ -337,7 +338,7 @@ def draw_profile(data, lang: str) -> str:
     w = WORDS[lang]
     plt = _plt()
     names = list(dict.fromkeys(n for _, rows in data for n, _ in rows))
-    fig, ax = plt.subplots(figsize=(7.5, 0.28 * len(names) * len(data) + 1.4))
+    fig, ax = plt.subplots(figsize=(6.4, 0.22 * len(names) * len(data) + 1.2))
     height = 0.8 / len(data)
     for k, (case, rows) in enumerate(data):
         got = dict(rows)
@@ -357,7 +358,7 @@ def draw_profile(data, lang: str) -> str:
 def draw_memory(series, title: str, lang: str) -> str:
     w = WORDS[lang]
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
     xs = range(len(series))
     ax.fill_between(xs, [r for _, _, r in series], step="post", facecolor=SERIES[1],
                     alpha=0.45, hatch="//", hatchcolor=SERIES[1], edgecolor=SERIES[1],
