@@ -1,0 +1,472 @@
+"""Pictures drawn from recorded outputs (``hooks/pictures.py`` publishes them with the site).
+
+Every picture is a function of one or more recordings under ``outputs/`` and nothing else: a
+small parser per recording format reads the lines the program printed, and matplotlib draws them
+as SVG (text kept as text, ``svg.fonttype = 'none'``, so the browser draws the Chinese labels with
+its own fonts). The same recording always gives the same bytes (``svg.hashsalt``, no date), so a
+picture changes exactly when its recording does; ``tests/test_pictures.py`` checks it.
+
+Each picture is published in both languages and in two colour schemes,
+``<lang>/pictures/<name>.svg`` (light) and ``<name>-dark.svg`` (the light one with its text and
+line colour swapped; the fills work on both backgrounds), which the pages show with Material's
+``#only-light`` / ``#only-dark``. A GPU picture is drawn only from a recording under
+``outputs/gpu/``: where none exists it is not published, and no page links to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from pagerun.recordings import OUTPUTS, ROOT
+
+FG = "#202124"       # text and lines in the light picture ...
+FG_DARK = "#dfe1e5"  # ... and in the dark one (the only colour that differs)
+MUTED = "#8a9099"    # idle outlines, grid: readable on white and on Material's slate
+# Okabe-Ito colours: told apart with colour-blindness, and legible on both schemes
+COLOURS = {"F": "#56B4E9", "B": "#E69F00", "I": "#CC79A7", "W": "#009E73"}
+SERIES = ["#56B4E9", "#E69F00", "#009E73", "#CC79A7", "#F0E442", "#D55E00"]
+LABEL_BOX = {"boxstyle": "square,pad=0.15", "facecolor": "#ffffff", "edgecolor": "none",
+             "alpha": 0.85}  # a number over a hatch: black on white, in both schemes
+HATCHES = ["", "//", "\\\\", "xx", "--", "||"]
+
+WORDS = {
+    "en": {
+        "rank": "rank {}", "slot": "time, in slots (1 slot: a forward through 1/{} of the layers)",
+        "F": "F forward", "B": "B backward (input and weight gradients)",
+        "I": "I input gradient", "W": "W weight gradient",
+        "f": "f, b: the rank's second stage", "idle": "idle",
+        "bytes": "bytes per rank", "before": "before", "after": "after",
+        "sum": "a sum of all ranks", "from": "from rank {}",
+        "params": "parameters", "grads": "gradients", "adam": "Adam moments",
+        "acts": "activations held at peak", "ranks": "{} ranks",
+        "ms": "CPU total, ms (rank 0, step 4; a CPU run)",
+        "allocated": "allocated", "reserved": "reserved",
+        "mib": "MiB after each line (allocated / reserved)",
+        "later": "A GPU run of this program draws its picture here.",
+    },
+    "zh": {
+        "rank": "rank {}", "slot": "时间，以槽计（1 槽：前向经过全部层的 1/{}）",
+        "F": "F 前向", "B": "B 反向（输入梯度与权重梯度）",
+        "I": "I 输入梯度", "W": "W 权重梯度",
+        "f": "f、b：该 rank 的第二个阶段", "idle": "空闲",
+        "bytes": "每个 rank 的字节数", "before": "之前", "after": "之后",
+        "sum": "所有 rank 之和", "from": "来自 rank {}",
+        "params": "参数", "grads": "梯度", "adam": "Adam 动量",
+        "acts": "峰值时持有的激活值", "ranks": "{} 个 rank",
+        "ms": "CPU 总时间，毫秒（rank 0，第 4 步；CPU 上的运行）",
+        "allocated": "已分配", "reserved": "已保留", "mib": "每行之后的 MiB（已分配 / 已保留）",
+        "later": "在 GPU 上运行这个程序后，这里会画出它的图。",
+    },
+}
+
+
+# ------------------------------------------------------------------ parsers, one per format
+def body(path: Path) -> list[str]:
+    """The printed lines of a recording, without its ``#:`` header."""
+    return [line for line in path.read_text(encoding="utf-8").splitlines()
+            if not line.startswith("#: ")]
+
+
+_ROW = re.compile(r"^\s+(?P<name>\S.*?)?\s*rank (?P<rank>\d+) (?P<row>[A-Za-z.]+)$")
+
+
+def timelines(lines: list[str]) -> dict[str, list[str]]:
+    """Per schedule, one row per rank: a letter per slot (``FFFF..BB``), as
+    ``zero_bubble.py`` (name on the line before) and ``pipeline_interleaved.py`` (name on the
+    row of rank 0) print them."""
+    out: dict[str, list[str]] = {}
+    name = None
+    for line in lines:
+        head = re.match(r"^(?P<name>[^ ].*?), (?:idle slots|bubble|grads)", line)
+        if head:
+            name = head["name"]
+        m = _ROW.match(line)
+        if m:
+            if m["name"] and m["rank"] == "0":
+                name = m["name"]
+            out.setdefault(name, []).append(m["row"])
+    return out
+
+
+_COST = re.compile(r"^(?P<label>.+?): predicted (?P<p>[\d,]+) B, counted (?P<c>[\d,]+) B$")
+
+
+def counted_bytes(lines: list[str]) -> tuple[int, dict[str, dict[int, int]]]:
+    """The world size and, per label, the counted bytes of each rank: ``X, rank N: ...``
+    for one rank, ``X per rank ...: ...`` for all of them (the cost-line form of
+    CONTRIBUTING, "Counting what a run costs")."""
+    world = int(re.match(r"^(\d+) process", lines[0])[1])
+    out: dict[str, dict[int, int]] = {}
+    for line in lines:
+        m = _COST.match(line)
+        if not m:
+            continue
+        label, n = m["label"], int(m["c"].replace(",", ""))
+        one = re.match(r"^(?P<label>.+), rank (?P<rank>\d+)$", label)
+        if one:
+            out.setdefault(one["label"], {})[int(one["rank"])] = n
+        elif "per rank" in label:
+            out[label] = dict.fromkeys(range(world), n)
+    return world, out
+
+
+_HOLDS = re.compile(r"^  rank (?P<rank>\d+): \[(?P<before>[^\]]*)\] -> \[(?P<after>[^\]]*)\]$")
+
+
+def before_after(lines: list[str]) -> list[tuple[str, list[tuple[list[int], list[int]]]]]:
+    """Per collective (its title line), what each rank held before and after."""
+    out: list = []
+    for line in lines:
+        m = _HOLDS.match(line)
+        if m:
+            out[-1][1].append(tuple([int(v) for v in m[k].split(",")]
+                                    for k in ("before", "after")))
+        elif re.match(r"^\w.*: ", line) and not line[0].isdigit():
+            out.append((line.split(":")[0], []))
+    return [(title, rows) for title, rows in out if rows]
+
+
+def profile_tables(lines: list[str]) -> list[tuple[str, list[tuple[str, float]]]]:
+    """Per case (``NAME (...), rank 0, step 4:``), the ranges and ops and their CPU total."""
+    out: list = []
+    for line in lines:
+        head = re.match(r"^(?P<case>[\w-]+) \(.*\), rank \d+, step \d+:$", line)
+        row = re.match(r"^  (?P<name>\S.*?)\s+\d+\s+(?P<ms>[\d.]+) ms$", line)
+        if head:
+            out.append((head["case"], []))
+        elif row and out:
+            out[-1][1].append((row["name"], float(row["ms"])))
+    return out
+
+
+_MEMORY = re.compile(r"^(?P<label>\S.*?)\s+allocated\s+(?P<a>\d+) MiB\s+reserved\s+(?P<r>\d+) MiB$")
+
+
+def memory_series(lines: list[str]) -> list[tuple[str, int, int]]:
+    """(label, allocated MiB, reserved MiB) of each ``LABEL allocated N MiB reserved N MiB``."""
+    return [(m["label"], int(m["a"]), int(m["r"])) for m in map(_MEMORY.match, lines) if m]
+
+
+def device(path: Path) -> str:
+    """The ``#: device:`` of a recording's header."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#: device: "):
+            return line[len("#: device: "):]
+    return "?"
+
+
+# ------------------------------------------------------------------ drawing
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import font_manager
+
+    have = {f.name for f in font_manager.fontManager.ttflist}
+    # text stays text: these names only measure it here; the browser draws it with its fonts
+    cjk = [n for n in ("WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans SC") if n in have]
+    matplotlib.rcParams.update({
+        "svg.fonttype": "none", "svg.hashsalt": "pictures", "font.size": 10,
+        "font.family": ["DejaVu Sans", *cjk, "sans-serif"],
+        "text.color": FG, "axes.edgecolor": FG, "axes.labelcolor": FG,
+        "xtick.color": FG, "ytick.color": FG, "hatch.color": FG,
+        "figure.facecolor": "none", "axes.facecolor": "none", "savefig.transparent": True,
+        "legend.frameon": False, "axes.spines.top": False, "axes.spines.right": False,
+    })
+    return plt
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    fig.clear()
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def dark(svg: str) -> str:
+    """The same picture for the dark scheme: text and lines light, fills as they are."""
+    return svg.replace(FG, FG_DARK)
+
+
+def _blocks(row: str, wide: bool):
+    """The actions of one row: (letter, first slot, length). A run of one letter is split
+    into actions by their cost in the replay: F, I, W one slot (two for the wider stages of
+    GPipe and 1F1B), B twice that."""
+    for m in re.finditer(r"([A-Za-z])\1*", row):
+        letter, n = m[1], len(m[0])
+        size = (2 if wide else 1) * (2 if letter in "Bb" else 1)
+        step = size if n % size == 0 else n
+        for k in range(0, n, step):
+            yield letter, m.start() + k, step
+
+
+def draw_timelines(data: dict[str, list[str]], lang: str) -> str:
+    w = WORDS[lang]
+    plt = _plt()
+    rows = sum(len(r) for r in data.values()) + len(data) - 1
+    width = max(len(r) for rs in data.values() for r in rs)
+    # about the page's column (~7 in at 96 px/in), so that its text is read at its size
+    fig, ax = plt.subplots(figsize=(6.2, 0.3 * rows + 1.1))
+    y, ticks, labels, used = 0, [], [], set()
+    for name, ranks in data.items():
+        wide = name in ("GPipe", "1F1B")
+        for r, row in enumerate(ranks):
+            for letter, start, n in _blocks(row, wide):
+                up = letter.upper()
+                used.add(up)
+                second = letter.islower()
+                used.add("f") if second else None
+                ax.add_patch(plt.Rectangle((start, -y - 0.4), n, 0.8, facecolor=COLOURS[up],
+                                           edgecolor=FG, linewidth=0.6, hatchcolor="#ffffff",
+                                           hatch="//" if second else None))
+                ax.text(start + n / 2, -y, letter, ha="center", va="center", color="#000000",
+                        fontsize=7)
+            for m in re.finditer(r"\.+", row):  # idle: a dashed outline
+                ax.add_patch(plt.Rectangle((m.start(), -y - 0.4), len(m[0]), 0.8,
+                                           fill=False, edgecolor=MUTED, linewidth=0.6,
+                                           linestyle=(0, (2, 2))))
+            ticks.append(-y)
+            labels.append(f"{name}   {w['rank'].format(r)}" if r == 0 else w["rank"].format(r))
+            y += 1
+        y += 1
+    ax.set_xlim(0, width)
+    ax.set_ylim(-y + 0.4, 0.6)
+    ax.set_yticks(ticks, labels)
+    ax.tick_params(axis="y", length=0)
+    ax.spines["left"].set_visible(False)
+    ax.set_xlabel(w["slot"].format(2 * max(len(r) for r in data.values())))
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=COLOURS[k], edgecolor=FG, linewidth=0.6,
+                             label=w[k]) for k in "FBIW" if k in used]
+    if "f" in used:
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=MUTED, edgecolor=FG, hatch="//",
+                                     hatchcolor="#ffffff", linewidth=0.6, label=w["f"]))
+    handles.append(plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor=MUTED,
+                                 linestyle=(0, (2, 2)), label=w["idle"]))
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, fontsize=9)
+    return _svg(fig)
+
+
+def draw_bars(groups: list[tuple[str, dict[str, dict[int, int]]]], lang: str,
+              series: dict[str, str]) -> str:
+    """Stacked bars, one per rank, one group per run: ``groups`` is [(title, {label: {rank:
+    bytes}})], ``series`` the labels to stack and their names (keys of WORDS)."""
+    w = WORDS[lang]
+    plt = _plt()
+    n = sum(max(len(v) for v in d.values()) for _, d in groups) + len(groups) - 1
+    fig, ax = plt.subplots(figsize=(min(6.4, max(3.6, 0.6 * n + 1.4)), 3.2))
+    x, ticks, labels, top = 0, [], [], 0
+    for title, data in groups:
+        ranks = sorted({r for v in data.values() for r in v})
+        first = x
+        for r in ranks:
+            bottom = 0
+            for k, (label, word) in enumerate(series.items()):
+                if label not in data:
+                    continue
+                value = data[label].get(r, 0)
+                ax.bar(x, value, 0.7, bottom=bottom, color=SERIES[k], hatch=HATCHES[k],
+                       edgecolor=FG, linewidth=0.6, label=w[word] if x == 0 else None)
+                if value:
+                    ax.text(x, bottom + value / 2, f"{value:,}", ha="center", va="center",
+                            color="#000000", fontsize=7, bbox=LABEL_BOX)
+                bottom += value
+            top = max(top, bottom)
+            ticks.append(x)
+            labels.append(w["rank"].format(r))
+            x += 1
+        if len(groups) > 1:
+            ax.text((first + x - 1) / 2, -0.16, title, ha="center", va="top",
+                    transform=ax.get_xaxis_transform())
+        x += 1
+    ax.set_xticks(ticks, labels, fontsize=9)
+    ax.set_ylim(0, top * 1.05)
+    ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
+    if len(series) > 1:
+        ax.set_ylabel(w["bytes"])
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(series), fontsize=9)
+    else:  # one series: it names the axis
+        ax.set_ylabel(f"{w[next(iter(series.values()))]}, {w['bytes']}")
+    return _svg(fig)
+
+
+def draw_collectives(data, lang: str) -> str:
+    w = WORDS[lang]
+    plt = _plt()
+    cols = 2
+    rows = (len(data) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(7.2, 1.7 * rows))
+    cell = 1.0
+    for ax, (title, ranks) in zip(axes.flat, data):
+        summed = "sum" in title
+        for r, (before, after) in enumerate(ranks):
+            for side, values, x0 in (("before", before, 0), ("after", after, 5.5)):
+                for i, v in enumerate(values):
+                    colour = MUTED if (summed and side == "after") else SERIES[(v // 10) % 6]
+                    ax.add_patch(plt.Rectangle((x0 + i * cell, -r - 0.4), cell * 0.92, 0.8,
+                                               facecolor=colour, edgecolor=FG, linewidth=0.5))
+                    ax.text(x0 + i * cell + 0.46, -r, str(v), ha="center", va="center",
+                            fontsize=7, color="#000000")
+            ax.text(-0.3, -r, w["rank"].format(r), ha="right", va="center", fontsize=8)
+            ax.annotate("", xy=(5.2, -r), xytext=(4.2, -r),
+                        arrowprops={"arrowstyle": "->", "color": FG, "lw": 0.8})
+        ax.text(0, 0.75, w["before"], fontsize=8)
+        ax.text(5.5, 0.75, w["after"], fontsize=8)
+        ax.set_title(title, fontsize=9, loc="left", pad=14)
+        ax.set_xlim(-2.2, 13.8)
+        ax.set_ylim(-len(ranks) + 0.4, 1.1)
+        ax.axis("off")
+    for ax in list(axes.flat)[len(data):]:
+        ax.axis("off")
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=SERIES[r % 6], edgecolor=FG, lw=0.5,
+                             label=w["from"].format(r)) for r in range(len(data[0][1]))]
+    handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=MUTED, edgecolor=FG, lw=0.5,
+                                 label=w["sum"]))
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8,
+               bbox_to_anchor=(0.5, 0.1), handlelength=1.2, columnspacing=1.0)
+    fig.subplots_adjust(hspace=0.5, wspace=0.12)
+    return _svg(fig)
+
+
+def draw_profile(data, lang: str) -> str:
+    w = WORDS[lang]
+    plt = _plt()
+    names = list(dict.fromkeys(n for _, rows in data for n, _ in rows))
+    fig, ax = plt.subplots(figsize=(6.4, 0.22 * len(names) * len(data) + 1.2))
+    height = 0.8 / len(data)
+    for k, (case, rows) in enumerate(data):
+        got = dict(rows)
+        ys = [i + k * height for i, n in enumerate(names) if n in got]
+        vals = [got[n] for n in names if n in got]
+        ax.barh(ys, vals, height, color=SERIES[k], hatch=HATCHES[k], edgecolor=FG,
+                linewidth=0.5, label=case)
+        for yv, v in zip(ys, vals):
+            ax.text(v, yv, f" {v:g}", va="center", fontsize=7)
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names)
+    ax.invert_yaxis()
+    ax.set_xlabel(w["ms"])
+    ax.legend(loc="lower right", fontsize=9)
+    return _svg(fig)
+
+
+def draw_memory(series, title: str, lang: str) -> str:
+    w = WORDS[lang]
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    xs = range(len(series))
+    ax.fill_between(xs, [r for _, _, r in series], step="post", facecolor=SERIES[1],
+                    alpha=0.45, hatch="//", hatchcolor=SERIES[1], edgecolor=SERIES[1],
+                    linewidth=1, label=w["reserved"])
+    ax.step(xs, [a for _, a, _ in series], where="post", color=SERIES[0], linewidth=2,
+            label=w["allocated"])
+    for x, (_, a, r) in zip(xs, series):
+        ax.text(x + 0.05, r, f"{a} / {r}", va="bottom", ha="left", fontsize=8, color=FG)
+    ax.set_xticks(list(xs), [label for label, _, _ in series], rotation=20, ha="right",
+                  fontsize=8)
+    ax.set_ylabel(w["mib"])
+    ax.set_title(title, fontsize=9, loc="left")
+    ax.legend(loc="upper right", fontsize=9)
+    return _svg(fig)
+
+
+# ------------------------------------------------------------------ the pictures
+@dataclass(frozen=True)
+class Picture:
+    sources: tuple[str, ...]  # recordings, relative to outputs/ (gpu/... for a GPU picture)
+    draw: Callable[[list[Path], str], str]  # (recording paths, lang) -> SVG
+
+
+def _bars(titles, series):
+    def draw(paths, lang):
+        groups = []
+        for title, path in zip(titles, paths):
+            world, data = counted_bytes(body(path))
+            groups.append((WORDS[lang]["ranks"].format(world) if title is None else title,
+                           data))
+        return draw_bars(groups, lang, series)
+    return draw
+
+
+def _pipeline_bars(paths, lang):
+    _, data = counted_bytes(body(paths[0]))
+    label = ", activations held at peak"
+    groups = [(k[:-len(label)], {label: v}) for k, v in data.items() if k.endswith(label)]
+    return draw_bars(groups, lang, {label: "acts"})
+
+
+PICTURES: dict[str, Picture] = {
+    "pipeline-schedules": Picture(
+        ("cpu/model_parallel/pipeline_interleaved.txt",),
+        lambda paths, lang: draw_timelines(timelines(body(paths[0])), lang)),
+    "zero-bubble-schedules": Picture(
+        ("cpu/model_parallel/zero_bubble.txt",),
+        lambda paths, lang: draw_timelines(timelines(body(paths[0])), lang)),
+    "ddp-memory": Picture(
+        ("cpu/ddp/cost.txt",),
+        _bars([None], {"parameters per rank": "params", "gradients per rank": "grads",
+                       "Adam moments per rank (exp_avg, exp_avg_sq)": "adam"})),
+    "fsdp-memory": Picture(
+        ("cpu/model_parallel/fsdp_cost.txt", "cpu/model_parallel/fsdp_cost-4.txt"),
+        _bars([None, None], {"parameters per rank (padded shards)": "params",
+                             "gradients per rank (padded shards)": "grads",
+                             "Adam moments (exp_avg, exp_avg_sq)": "adam"})),
+    "pipeline-memory": Picture(("cpu/model_parallel/pipeline_memory.txt",), _pipeline_bars),
+    "collectives": Picture(
+        ("cpu/collectives/collectives.txt",),
+        lambda paths, lang: draw_collectives(before_after(body(paths[0])), lang)),
+    "profile-step": Picture(
+        ("cpu/production/profile_step.txt",),
+        lambda paths, lang: draw_profile(profile_tables(body(paths[0])), lang)),
+    # a GPU picture: from outputs/gpu only; without that recording it is not drawn
+    "cuda-allocator-gpu": Picture(
+        ("gpu/cuda/allocator.txt",),
+        lambda paths, lang: draw_memory(memory_series(body(paths[0])), device(paths[0]), lang)),
+}
+
+_CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+CACHE = ROOT / ".cache" / "pictures"  # gitignored; a build without it draws everything
+
+
+_BLOCK = re.compile(r"<!-- picture: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /picture -->\n",
+                    re.S)
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    """``<!-- picture: NAME -->`` … ``<!-- /picture -->``: the picture and its caption where its
+    recordings exist, else one sentence saying that a GPU run draws it (no placeholder)."""
+    lang = page.file.src_uri.split("/")[0]
+    return _BLOCK.sub(lambda m: m["body"] if available(m["name"]) else
+                      WORDS.get(lang, WORDS["en"])["later"] + "\n", markdown)
+
+
+def render(name: str, lang: str, paths: list[Path] | None = None) -> str:
+    """The light SVG of a picture, from its recordings (or from ``paths`` instead)."""
+    pic = PICTURES[name]
+    return pic.draw(paths or [OUTPUTS / s for s in pic.sources], lang)
+
+
+def available(name: str) -> bool:
+    """Whether every recording the picture needs exists (a GPU one only after a GPU run)."""
+    return all((OUTPUTS / s).exists() for s in PICTURES[name].sources)
+
+
+def cached(name: str, lang: str) -> str:
+    """``render``, kept in ``.cache/pictures`` under a hash of the recordings and this file."""
+    h = hashlib.sha256(_CODE.encode())
+    for s in PICTURES[name].sources:
+        h.update((OUTPUTS / s).read_bytes())
+    path = CACHE / f"{name}-{lang}-{h.hexdigest()[:16]}.svg"
+    if path.exists():
+        return path.read_text(encoding="utf-8")
+    svg = render(name, lang)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for old in CACHE.glob(f"{name}-{lang}-*.svg"):
+        old.unlink()
+    path.write_text(svg, encoding="utf-8")
+    return svg
