@@ -78,7 +78,8 @@ class MoE(nn.Module):  # as snippets/expert/moe.py, on a group of the mesh
 
     def keep(self, group):  # expert parallelism: keep only this rank's experts
         self.ep, n, r = group, group.size(), group.rank()
-        self.w1, self.w2 = (nn.Parameter(w.detach()[r * E // n:(r + 1) * E // n].clone())
+        mine = slice(r * E // n, (r + 1) * E // n)
+        self.w1, self.w2 = (nn.Parameter(w.detach()[mine].clone())
                             for w in (self.w1, self.w2))
 
     def experts(self, rows, counts):  # rows sorted by expert: counts[e] for expert e
