@@ -93,6 +93,8 @@ class Traffic(TorchDispatchMode):
                 t = t[:len(t) - split[pg.rank()]]
             if pg.size() > 1:  # a group of one moves nothing
                 dim = "ep" if op == "all_to_all" else self.label[pg.group_name]
+                if dim == "fsdp" and t.dim() > 1:  # --fsdp 1: FSDP, CP share a group;
+                    dim = "cp"  # FSDP2's buffers are flat, CP's keys and values are not
                 self.bytes[dim, self.phase, op] += t.numel() * t.element_size()
                 self.calls[dim, self.phase, op] += 1
         return func(*args, **(kwargs or {}))
