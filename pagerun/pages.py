@@ -30,6 +30,9 @@ RUNNABLE = ("bash", "sh", "python")
 INCLUDE = re.compile(r'--8<--\s*"([^"]+)"')
 SNIPPET_PATH = re.compile(r"\bsnippets/[\w/.-]+?\.py\b")
 SNIPPET_SCRIPT = re.compile(r"\bsnippets/[\w/.-]+?\.(?:sh|sbatch)\b")
+# `import all_dims_model` / `from all_dims_model import ...` at the start of a line: a module
+# of the program's own folder (Python puts the script's folder first on sys.path)
+SIBLING_IMPORT = re.compile(r"^(?:from|import)\s+(\w+)", re.M)
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 HEADING_ID = re.compile(r"\{\s*#([\w-]+)[^}]*\}\s*$")
 DEFAULT_TIMEOUT = 120
@@ -57,14 +60,24 @@ class Block:
 
     @property
     def snippets(self) -> list[str]:
-        """The programs this block runs: those it names, and the ones a script it names (an
-        sbatch file) runs in turn, so that a recording fingerprints them all."""
+        """The programs this block runs: those it names, the ones a script it names (an
+        sbatch file) runs in turn, and the modules of their own folder they import, so that
+        a recording fingerprints them all."""
         found = set(SNIPPET_PATH.findall(self.code))
         for script in SNIPPET_SCRIPT.findall(self.code):
             found.add(script)
             path = ROOT / script
             if path.is_file():
                 found |= set(SNIPPET_PATH.findall(path.read_text(encoding="utf-8")))
+        todo = sorted(found)  # and the modules of their own folder they import, in turn
+        while todo:
+            path = ROOT / todo.pop()
+            if path.suffix == ".py" and path.is_file():
+                for name in SIBLING_IMPORT.findall(path.read_text(encoding="utf-8")):
+                    module = (path.parent / f"{name}.py").relative_to(ROOT).as_posix()
+                    if (ROOT / module).is_file() and module not in found:
+                        found.add(module)
+                        todo.append(module)
         return sorted(found)
 
     @property

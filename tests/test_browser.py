@@ -70,6 +70,8 @@ READER_SEARCHES = [
     ("DDP 比单卡还慢", ["ddp/techniques/"], "zh"),
     ("FSDP 保存模型显存不足", ["model-parallel/fsdp/"], "zh"),
     ("显存估算", ["model-parallel/plan/"], "zh"),
+    ("三维并行", ["model-parallel/all-dims/"], "zh"),
+    ("3D parallelism", ["model-parallel/all-dims/"], "en"),
     ("梯度裁剪", ["model-parallel/fsdp/"], "zh"),
     ("锁页内存", ["cuda/"], "zh"),
     ("梯度检查点", ["model-parallel/", "ddp/techniques/"], "zh"),
