@@ -1,5 +1,5 @@
-"""The private APIs the planning page (docs/*/model-parallel/plan.md) teaches exist in the torch
-the suite runs. They are private (an underscore, or torch.testing._internal) and may change or
+"""The private APIs the planning page (docs/*/model-parallel/plan.md) and the page on every
+dimension at once (all-dims.md) teach exist in the torch the suite runs. They are private (an underscore, or torch.testing._internal) and may change or
 vanish in any release; when one does, this test names it before the page's programs fail with a
 traceback."""
 
@@ -18,20 +18,28 @@ PRIVATE = [
     ("torch._subclasses.fake_tensor", "FakeTensorMode", "tensors with shapes and no data"),
     ("torch.utils._python_dispatch", "TorchDispatchMode", "the mode that counts collectives"),
     ("torch.distributed._local_tensor", "LocalTensorMode", "every rank's values in one process"),
+    ("torch.distributed.device_mesh", "DeviceMesh._flatten",
+     "all_dims.py: one mesh dimension made of several (fsdp x cp), as torchtitan does"),
+    ("torch.distributed.device_mesh", "DeviceMesh._unflatten",
+     "all_dims.py: a flattened dimension split again (dp x fsdp_cp)"),
+    ("torch.distributed.distributed_c10d", "_resolve_process_group",
+     "all_dims_traffic.py: which mesh dimension a counted collective ran on"),
 ]
 
 
 @pytest.mark.parametrize("module, name, use", PRIVATE, ids=[f"{m}.{n}" for m, n, _ in PRIVATE])
 def test_private_api_exists(module, name, use):
     try:
-        found = getattr(importlib.import_module(module), name, None)
+        found = importlib.import_module(module)
+        for part in name.split("."):
+            found = getattr(found, part, None)
     except ImportError as e:
         found, why = None, f"cannot import {module}: {e}"
     else:
         why = f"{module} has no {name}"
-    assert found is not None, (f"torch {torch.__version__}: {why}. The planning page uses it "
-                               f"for {use}: rewrite snippets/model_parallel/plan.py or local.py "
-                               "and docs/*/model-parallel/plan.md for this torch.")
+    assert found is not None, (f"torch {torch.__version__}: {why}. The site uses it "
+                               f"for {use}: rewrite that program (plan.py, local.py, all_dims*.py in "
+                               "snippets/model_parallel/) and its page for this torch.")
 
 
 def test_the_fake_backend_is_registered():
