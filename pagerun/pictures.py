@@ -44,10 +44,15 @@ WORDS = {
         "sum": "a sum of all ranks", "from": "from rank {}",
         "params": "parameters", "grads": "gradients", "adam": "Adam moments",
         "acts": "activations held at peak", "ranks": "{} ranks",
-        "ms": "CPU total, ms (rank 0, step 4; a CPU run)",
         "allocated": "allocated", "reserved": "reserved",
         "mib": "MiB after each line (allocated / reserved)",
         "later": "A GPU run of this program draws its picture here.",
+        "compute": "rank {}, main thread", "comm": "{} threads",
+        "data": "data", "forward": "forward", "backward": "backward, until the last gradient",
+        "wait": "backward, after it: waiting",
+        "by hand": "all-reduce by hand: waiting", "optimizer": "optimizer",
+        "all_reduce": "{}:all_reduce, in the order they began",
+        "step ms": "ms from the start of step 4 (each rank its own; a CPU run)",
     },
     "zh": {
         "rank": "rank {}", "slot": "时间，以槽计（1 槽：前向经过全部层的 1/{}）",
@@ -58,9 +63,14 @@ WORDS = {
         "sum": "所有 rank 之和", "from": "来自 rank {}",
         "params": "参数", "grads": "梯度", "adam": "Adam 动量",
         "acts": "峰值时持有的激活值", "ranks": "{} 个 rank",
-        "ms": "CPU 总时间，毫秒（rank 0，第 4 步；CPU 上的运行）",
         "allocated": "已分配", "reserved": "已保留", "mib": "每行之后的 MiB（已分配 / 已保留）",
         "later": "在 GPU 上运行这个程序后，这里会画出它的图。",
+        "compute": "rank {}，主线程", "comm": "{} 线程",
+        "data": "数据", "forward": "前向", "backward": "反向，直到最后一个梯度",
+        "wait": "反向，此后：等待",
+        "by hand": "手动 all-reduce：等待", "optimizer": "优化器",
+        "all_reduce": "{}:all_reduce，按开始先后编号",
+        "step ms": "从第 4 步开始算起的毫秒数（各 rank 各自计时；CPU 上的运行）",
     },
 }
 
@@ -131,16 +141,21 @@ def before_after(lines: list[str]) -> list[tuple[str, list[tuple[list[int], list
     return [(title, rows) for title, rows in out if rows]
 
 
-def profile_tables(lines: list[str]) -> list[tuple[str, list[tuple[str, float]]]]:
-    """Per case (``NAME (...), rank 0, step 4:``), the ranges and ops and their CPU total."""
+_SPAN = re.compile(r"(-?[\d.]+) ms \.\.\s*(-?[\d.]+) ms")
+
+
+def step_timelines(lines: list[str]) -> list[tuple[str, list[tuple[str, list[tuple]]]]]:
+    """Per case (``NAME, step 4, start .. end in ms from its start:``), its rows in order:
+    (name, [(start, end) of rank 0, of rank 1, ...]), as ``profile_step.py`` prints them."""
     out: list = []
     for line in lines:
-        head = re.match(r"^(?P<case>[\w-]+) \(.*\), rank \d+, step \d+:$", line)
-        row = re.match(r"^  (?P<name>\S.*?)\s+\d+\s+(?P<ms>[\d.]+) ms$", line)
+        head = re.match(r"^(?P<case>[\w-]+), step \d+, start \.\. end in ms", line)
+        spans = _SPAN.findall(line)
         if head:
             out.append((head["case"], []))
-        elif row and out:
-            out[-1][1].append((row["name"], float(row["ms"])))
+        elif spans and out and line.startswith("  "):
+            name = line[:line.index(spans[0][0])].strip()
+            out[-1][1].append((name, [(float(a), float(b)) for a, b in spans]))
     return out
 
 
@@ -334,24 +349,81 @@ def draw_collectives(data, lang: str) -> str:
     return _svg(fig)
 
 
-def draw_profile(data, lang: str) -> str:
+def _lanes(spans):
+    """Overlapping spans in sub-rows: the first sub-row free at each span's start."""
+    ends, out = [], []
+    for start, end in spans:
+        row = next((i for i, e in enumerate(ends) if e <= start), len(ends))
+        ends[row:row + 1] = [end]
+        out.append(row)
+    return out, max(1, len(ends))
+
+
+def draw_step_timelines(data, lang: str) -> str:
+    """Per case and rank, two lanes: the main thread's ranges (the backward split at the end
+    of the last gradient) and the all-reduces themselves, overlapping ones in sub-rows."""
     w = WORDS[lang]
     plt = _plt()
-    names = list(dict.fromkeys(n for _, rows in data for n, _ in rows))
-    fig, ax = plt.subplots(figsize=(6.4, 0.22 * len(names) * len(data) + 1.2))
-    height = 0.8 / len(data)
-    for k, (case, rows) in enumerate(data):
-        got = dict(rows)
-        ys = [i + k * height for i, n in enumerate(names) if n in got]
-        vals = [got[n] for n in names if n in got]
-        ax.barh(ys, vals, height, color=SERIES[k], hatch=HATCHES[k], edgecolor=FG,
-                linewidth=0.5, label=case)
-        for yv, v in zip(ys, vals):
-            ax.text(v, yv, f" {v:g}", va="center", fontsize=7)
-    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names)
-    ax.invert_yaxis()
-    ax.set_xlabel(w["ms"])
-    ax.legend(loc="lower right", fontsize=9)
+    ranks = len(data[0][1][0][1])
+    lanes = len(data) * (ranks * 2 + 1)
+    fig, ax = plt.subplots(figsize=(6.2, 0.3 * lanes + 1.3))
+    style = {"data": (SERIES[4], ""), "forward": (COLOURS["F"], ""),
+             "backward": (COLOURS["B"], ""), "wait": (MUTED, "//"),
+             "by hand": (MUTED, "xx"), "optimizer": (COLOURS["W"], ""),
+             "all_reduce": (COLOURS["I"], "")}
+    used, y, ticks, labels, backend, right = [], 0, [], [], "", 0
+
+    def bar(key, x0, x1, lane_y, h=0.8, text=None):
+        used.append(key) if key not in used else None
+        colour, hatch = style[key]
+        ax.add_patch(plt.Rectangle((x0, lane_y - h / 2), x1 - x0, h, facecolor=colour,
+                                   hatch=hatch or None, edgecolor=FG, linewidth=0.5))
+        if text:
+            ax.text((x0 + x1) / 2, lane_y, text, ha="center", va="center", fontsize=6,
+                    color="#000000")
+
+    for case, rows in data:
+        ax.text(0, -y, case, ha="left", va="center", fontsize=9)
+        y += 1
+        spans = dict(rows)
+        comm = [(n, s) for n, s in rows if re.search(r":all_reduce \d+$", n)]
+        backend = comm[0][0].split(":")[0] if comm else backend
+        for r in range(ranks):
+            (g0, g1) = spans["last gradient (AddmmBackward0)"][r]
+            for name in ("data", "forward", "backward", "all-reduce by hand", "optimizer"):
+                if name not in spans:
+                    continue
+                x0, x1 = spans[name][r]
+                right = max(right, x1)
+                if name == "backward":
+                    bar("backward", x0, min(g1, x1), -y)
+                    if x1 > g1:
+                        bar("wait", g1, x1, -y)
+                else:
+                    bar({"all-reduce by hand": "by hand"}.get(name, name), x0, x1, -y)
+            ticks.append(-y)
+            labels.append(w["compute"].format(r))
+            y += 1
+            rows_of, n = _lanes([s[r] for _, s in comm])
+            h = 0.8 / n
+            for (name, s), sub in zip(comm, rows_of):
+                lane_y = -y + 0.4 - h * (sub + 0.5)
+                bar("all_reduce", s[r][0], s[r][1], lane_y, h, name.rsplit(" ", 1)[1])
+                right = max(right, s[r][1])
+            ticks.append(-y)
+            labels.append(w["comm"].format(backend))
+            y += 1
+    ax.set_xlim(0, right * 1.02)
+    ax.set_ylim(-y + 0.4, 0.6)
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.tick_params(axis="y", length=0)
+    ax.spines["left"].set_visible(False)
+    ax.set_xlabel(w["step ms"])
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=style[k][0], hatch=style[k][1] or None,
+                             edgecolor=FG, linewidth=0.5,
+                             label=w[k].format(backend) if k == "all_reduce" else w[k])
+               for k in style if k in used]
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, fontsize=8)
     return _svg(fig)
 
 
@@ -422,7 +494,7 @@ PICTURES: dict[str, Picture] = {
         lambda paths, lang: draw_collectives(before_after(body(paths[0])), lang)),
     "profile-step": Picture(
         ("cpu/production/profile_step.txt",),
-        lambda paths, lang: draw_profile(profile_tables(body(paths[0])), lang)),
+        lambda paths, lang: draw_step_timelines(step_timelines(body(paths[0])), lang)),
     # a GPU picture: from outputs/gpu only; without that recording it is not drawn
     "cuda-allocator-gpu": Picture(
         ("gpu/cuda/allocator.txt",),
