@@ -47,6 +47,12 @@ WORDS = {
         "allocated": "allocated", "reserved": "reserved",
         "mib": "MiB after each line (allocated / reserved)",
         "later": "A GPU run of this program draws its picture here.",
+        "kept": "kept for backward, bytes per rank", "total": "{:,} B",
+        "one process": "one process",
+        "the norm's input, mean and 1/std": "the norm's input, mean and 1/std",
+        "the input of q, k, v": "the input of q, k, v",
+        "q, k, v by head and the softmax": "q, k, v by head and the softmax",
+        "the input of o": "the input of o",
         "compute": "rank {}, main thread", "comm": "{} threads",
         "data": "data", "forward": "forward", "backward": "backward, until the last gradient",
         "wait": "backward, after it: waiting",
@@ -65,6 +71,12 @@ WORDS = {
         "acts": "峰值时持有的激活值", "ranks": "{} 个 rank",
         "allocated": "已分配", "reserved": "已保留", "mib": "每行之后的 MiB（已分配 / 已保留）",
         "later": "在 GPU 上运行这个程序后，这里会画出它的图。",
+        "kept": "为反向保留，每个 rank 的字节数", "total": "{:,} B",
+        "one process": "单进程",
+        "the norm's input, mean and 1/std": "LayerNorm 的输入、均值和 1/std",
+        "the input of q, k, v": "q、k、v 的输入",
+        "q, k, v by head and the softmax": "按头划分的 q、k、v 与 softmax",
+        "the input of o": "o 的输入",
         "compute": "rank {}，主线程", "comm": "{} 线程",
         "data": "数据", "forward": "前向", "backward": "反向，直到最后一个梯度",
         "wait": "反向，此后：等待",
@@ -139,6 +151,25 @@ def before_after(lines: list[str]) -> list[tuple[str, list[tuple[list[int], list
         elif re.match(r"^\w.*: ", line) and not line[0].isdigit():
             out.append((line.split(":")[0], []))
     return [(title, rows) for title, rows in out if rows]
+
+
+_PART = re.compile(r"^(?P<case>.+?), kept for backward, (?P<part>.+?): predicted [\d,]+ B, "
+                   r"counted (?P<c>[\d,]+) B$")
+_TOTAL = re.compile(r"^(?P<case>.+?), .*per rank: predicted [\d,]+ B, counted (?P<c>[\d,]+) B$")
+
+
+def parts(lines: list[str]) -> list[tuple[str, dict[str, int], int]]:
+    """Per case, in order: the counted bytes of each part (``CASE, kept for backward, PART:
+    predicted N B, counted N B``) and the case's total per rank (``CASE, ... per rank: ...``),
+    as ``tensor_memory.py`` prints them."""
+    out: dict[str, tuple[dict[str, int], list[int]]] = {}
+    for line in lines:
+        m, t = _PART.match(line), _TOTAL.match(line)
+        if m:
+            out.setdefault(m["case"], ({}, []))[0][m["part"]] = int(m["c"].replace(",", ""))
+        elif t:
+            out.setdefault(t["case"], ({}, []))[1].append(int(t["c"].replace(",", "")))
+    return [(case, p, total[0]) for case, (p, total) in out.items()]
 
 
 _SPAN = re.compile(r"(-?[\d.]+) ms \.\.\s*(-?[\d.]+) ms")
@@ -349,6 +380,33 @@ def draw_collectives(data, lang: str) -> str:
     return _svg(fig)
 
 
+def draw_parts(data, lang: str) -> str:
+    """One stacked bar per case: its parts (the recording's names, in the page's language
+    where WORDS has them) and the counted total above it."""
+    w = WORDS[lang]
+    plt = _plt()
+    names = list(dict.fromkeys(n for _, p, _ in data for n in p))
+    fig, ax = plt.subplots(figsize=(5.6, 3.4))
+    for x, (case, p, total) in enumerate(data):
+        bottom = 0
+        for k, name in enumerate(names):
+            value = p.get(name, 0)
+            ax.bar(x, value, 0.6, bottom=bottom, color=SERIES[k], hatch=HATCHES[k],
+                   edgecolor=FG, linewidth=0.6, label=w.get(name, name) if x == 0 else None)
+            if value:
+                ax.text(x, bottom + value / 2, f"{value:,}", ha="center", va="center",
+                        color="#000000", fontsize=7, bbox=LABEL_BOX)
+            bottom += value
+        ax.text(x, bottom, w["total"].format(total), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(data)), [w.get(case, case) for case, _, _ in data], fontsize=9)
+    ax.set_xlim(-0.6, len(data) - 0.4)
+    ax.set_ylim(0, max(t for _, _, t in data) * 1.1)
+    ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
+    ax.set_ylabel(w["kept"])
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, fontsize=8)
+    return _svg(fig)
+
+
 def _lanes(spans):
     """Overlapping spans in sub-rows: the first sub-row free at each span's start."""
     ends, out = [], []
@@ -489,6 +547,9 @@ PICTURES: dict[str, Picture] = {
                              "gradients per rank (padded shards)": "grads",
                              "Adam moments (exp_avg, exp_avg_sq)": "adam"})),
     "pipeline-memory": Picture(("cpu/model_parallel/pipeline_memory.txt",), _pipeline_bars),
+    "tensor-memory": Picture(
+        ("cpu/model_parallel/tensor_memory.txt",),
+        lambda paths, lang: draw_parts(parts(body(paths[0])), lang)),
     "collectives": Picture(
         ("cpu/collectives/collectives.txt",),
         lambda paths, lang: draw_collectives(before_after(body(paths[0])), lang)),

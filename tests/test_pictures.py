@@ -32,6 +32,10 @@ CHANGES = {
                            "counted 6,144 B",
                         "1F1B, activations held at peak, rank 1: predicted 7,168 B, "
                         "counted 7,168 B", ">7,168<"),
+    "tensor-memory": (0, "TP, kept for backward, the input of o: predicted 2,304 B, "
+                         "counted 2,304 B",
+                      "TP, kept for backward, the input of o: predicted 2,048 B, "
+                      "counted 2,048 B", ">2,048<"),
     "collectives": (0, "rank 0: [0, 1, 2, 3] -> [60, 64, 68, 72]",
                     "rank 0: [0, 1, 2, 3] -> [61, 64, 68, 72]", ">61<"),
     "profile-step": (0, "overlap, step 4, start .. end in ms from its start:",
