@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -44,6 +45,7 @@ WORDS = {
         "sum": "a sum of all ranks", "from": "from rank {}",
         "params": "parameters", "grads": "gradients", "adam": "Adam moments",
         "acts": "activations held at peak", "ranks": "{} ranks",
+        "freed": "the peak had each I freed all its stage's outputs",
         "allocated": "allocated", "reserved": "reserved",
         "mib": "MiB after each line (allocated / reserved)",
         "later": "A GPU run of this program draws its picture here.",
@@ -69,6 +71,7 @@ WORDS = {
         "sum": "所有 rank 之和", "from": "来自 rank {}",
         "params": "参数", "grads": "梯度", "adam": "Adam 动量",
         "acts": "峰值时持有的激活值", "ranks": "{} 个 rank",
+        "freed": "假如每个 I 释放该阶段全部输出时的峰值",
         "allocated": "已分配", "reserved": "已保留", "mib": "每行之后的 MiB（已分配 / 已保留）",
         "later": "在 GPU 上运行这个程序后，这里会画出它的图。",
         "kept": "为反向保留，每个 rank 的字节数", "total": "{:,} B",
@@ -300,14 +303,15 @@ def draw_timelines(data: dict[str, list[str]], lang: str) -> str:
 
 
 def draw_bars(groups: list[tuple[str, dict[str, dict[int, int]]]], lang: str,
-              series: dict[str, str]) -> str:
+              series: dict[str, str], marks: dict[tuple[str, int], int] | None = None) -> str:
     """Stacked bars, one per rank, one group per run: ``groups`` is [(title, {label: {rank:
-    bytes}})], ``series`` the labels to stack and their names (keys of WORDS)."""
+    bytes}})], ``series`` the labels to stack and their names (keys of WORDS); ``marks``, a
+    dashed line across the bar of (title, rank) at another value where it is lower."""
     w = WORDS[lang]
     plt = _plt()
     n = sum(max(len(v) for v in d.values()) for _, d in groups) + len(groups) - 1
     fig, ax = plt.subplots(figsize=(min(6.4, max(3.6, 0.6 * n + 1.4)), 3.2))
-    x, ticks, labels, top = 0, [], [], 0
+    x, ticks, labels, top, marked, crowded = 0, [], [], 0, False, n > 10
     for title, data in groups:
         ranks = sorted({r for v in data.values() for r in v})
         first = x
@@ -319,23 +323,35 @@ def draw_bars(groups: list[tuple[str, dict[str, dict[int, int]]]], lang: str,
                 value = data[label].get(r, 0)
                 ax.bar(x, value, 0.7, bottom=bottom, color=SERIES[k], hatch=HATCHES[k],
                        edgecolor=FG, linewidth=0.6, label=w[word] if x == 0 else None)
-                if value:
+                if value:  # upright where the bars are many, so that it fits in one
                     ax.text(x, bottom + value / 2, f"{value:,}", ha="center", va="center",
-                            color="#000000", fontsize=7, bbox=LABEL_BOX)
+                            color="#000000", fontsize=7, bbox=LABEL_BOX,
+                            rotation=90 if crowded else 0)
                 bottom += value
+            mark = (marks or {}).get((title, r))
+            if mark is not None and mark < bottom:
+                ax.hlines(mark, x - 0.45, x + 0.45, colors=FG, linestyles=(0, (3, 2)),
+                          linewidth=1.2, label=None if marked else w["freed"])
+                ax.text(x + 0.45, mark, f" {mark:,}", va="center", ha="left", fontsize=7)
+                marked = True
             top = max(top, bottom)
             ticks.append(x)
-            labels.append(w["rank"].format(r))
+            labels.append(str(r) if crowded else w["rank"].format(r))
             x += 1
         if len(groups) > 1:
-            ax.text((first + x - 1) / 2, -0.16, title, ha="center", va="top",
-                    transform=ax.get_xaxis_transform())
+            ax.text((first + x - 1) / 2, -0.16, textwrap.fill(title, 14) if crowded else title,
+                    ha="center",
+                    va="top", transform=ax.get_xaxis_transform(), fontsize=9)
         x += 1
     ax.set_xticks(ticks, labels, fontsize=9)
+    if crowded:  # the ticks are rank numbers: say so once, left of them
+        ax.text(-0.01, -0.02, w["rank"].format("").strip(), ha="right", va="top",
+                fontsize=9, transform=ax.transAxes)
     ax.set_ylim(0, top * 1.05)
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
-    if len(series) > 1:
-        ax.set_ylabel(w["bytes"])
+    if len(series) > 1 or marks:
+        ax.set_ylabel(w["bytes"] if len(series) > 1 else
+                      f"{w[next(iter(series.values()))]}, {w['bytes']}")
         ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(series), fontsize=9)
     else:  # one series: it names the axis
         ax.set_ylabel(f"{w[next(iter(series.values()))]}, {w['bytes']}")
@@ -523,11 +539,20 @@ def _bars(titles, series):
     return draw
 
 
+_FREED = re.compile(r"^(?P<title>.+), rank (?P<rank>\d+): had each I freed all its stage's "
+                    r"outputs, the peak would be (?P<n>[\d,]+) B$")
+
+
 def _pipeline_bars(paths, lang):
-    _, data = counted_bytes(body(paths[0]))
+    """The peak per rank and schedule (``pipeline_memory.py``, ``zero_bubble_memory.py``),
+    and what it would be had each I freed all (the latter only)."""
+    lines = body(paths[0])
+    _, data = counted_bytes(["0 processes", *lines])  # these print no world size
     label = ", activations held at peak"
     groups = [(k[:-len(label)], {label: v}) for k, v in data.items() if k.endswith(label)]
-    return draw_bars(groups, lang, {label: "acts"})
+    marks = {(m["title"], int(m["rank"])): int(m["n"].replace(",", ""))
+             for m in map(_FREED.match, lines) if m}
+    return draw_bars(groups, lang, {label: "acts"}, marks)
 
 
 PICTURES: dict[str, Picture] = {
@@ -550,6 +575,8 @@ PICTURES: dict[str, Picture] = {
     "tensor-memory": Picture(
         ("cpu/model_parallel/tensor_memory.txt",),
         lambda paths, lang: draw_parts(parts(body(paths[0])), lang)),
+    "zero-bubble-memory": Picture(("cpu/model_parallel/zero_bubble_memory.txt",),
+                                  _pipeline_bars),
     "collectives": Picture(
         ("cpu/collectives/collectives.txt",),
         lambda paths, lang: draw_collectives(before_after(body(paths[0])), lang)),

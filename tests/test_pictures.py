@@ -36,6 +36,10 @@ CHANGES = {
                          "counted 2,304 B",
                       "TP, kept for backward, the input of o: predicted 2,048 B, "
                       "counted 2,048 B", ">2,048<"),
+    "zero-bubble-memory": (0, "interleaved zero bubble, rank 1: had each I freed all its "
+                              "stage's outputs, the peak would be 9,216 B",
+                           "interleaved zero bubble, rank 1: had each I freed all its "
+                           "stage's outputs, the peak would be 8,192 B", "> 8,192<"),
     "collectives": (0, "rank 0: [0, 1, 2, 3] -> [60, 64, 68, 72]",
                     "rank 0: [0, 1, 2, 3] -> [61, 64, 68, 72]", ">61<"),
     "profile-step": (0, "overlap, step 4, start .. end in ms from its start:",
