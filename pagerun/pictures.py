@@ -55,6 +55,10 @@ WORDS = {
         "the input of q, k, v": "the input of q, k, v",
         "q, k, v by head and the softmax": "q, k, v by head and the softmax",
         "the input of o": "the input of o",
+        "rest": "held at\nrest:\n{:,} B", "ag fwd": "forward:\n{} all-gathers,\n{:,} B in",
+        "held": "held after\nforward:\n{:,} B", "ag bwd": "backward:\n{} all-gathers,\n{:,} B in",
+        "rs": "reduce-scatter:\n{} calls,\n{:,} B out", "grad": "gradient\nshard:\n{:,} B",
+        "per rank": "bytes per rank; in: from other ranks, out: for other ranks",
         "compute": "rank {}, main thread", "comm": "{} threads",
         "data": "data", "forward": "forward", "backward": "backward, until the last gradient",
         "wait": "backward, after it: waiting",
@@ -80,6 +84,10 @@ WORDS = {
         "the input of q, k, v": "q、k、v 的输入",
         "q, k, v by head and the softmax": "按头划分的 q、k、v 与 softmax",
         "the input of o": "o 的输入",
+        "rest": "平时持有：\n{:,} B", "ag fwd": "前向：{} 次\nall-gather\n收 {:,} B",
+        "held": "前向之后\n持有\n{:,} B", "ag bwd": "反向：{} 次\nall-gather\n收 {:,} B",
+        "rs": "reduce-\nscatter：{} 次\n发 {:,} B", "grad": "梯度分片：\n{:,} B",
+        "per rank": "每个 rank 的字节数；收：来自其他 rank，发：给其他 rank",
         "compute": "rank {}，主线程", "comm": "{} 线程",
         "data": "数据", "forward": "前向", "backward": "反向，直到最后一个梯度",
         "wait": "反向，此后：等待",
@@ -173,6 +181,15 @@ def parts(lines: list[str]) -> list[tuple[str, dict[str, int], int]]:
         elif t:
             out.setdefault(t["case"], ({}, []))[1].append(int(t["c"].replace(",", "")))
     return [(case, p, total[0]) for case, (p, total) in out.items()]
+
+
+_COUNTED = re.compile(r"^(?P<label>.+): predicted [\d,]+ (?P<unit>\w+), counted (?P<c>[\d,]+) "
+                      r"(?P=unit)$")
+
+
+def counted(lines: list[str]) -> dict[str, int]:
+    """Every cost line's counted figure, by its label (bytes or calls)."""
+    return {m["label"]: int(m["c"].replace(",", "")) for m in map(_COUNTED.match, lines) if m}
 
 
 _SPAN = re.compile(r"(-?[\d.]+) ms \.\.\s*(-?[\d.]+) ms")
@@ -423,6 +440,43 @@ def draw_parts(data, lang: str) -> str:
     return _svg(fig)
 
 
+def draw_fsdp_step(c: dict[str, int], lang: str) -> str:
+    """FSDP2's step per rank, one row per ``reshard_after_forward``: what each rank holds and
+    what its collectives move, from ``fsdp_cost.py``'s counted lines."""
+    w = WORDS[lang]
+    plt = _plt()
+    settings = [k.split(",")[0] for k in c if k.endswith(", forward all-gathers")]
+    fig, ax = plt.subplots(figsize=(6.8, 1.4 * len(settings) + 0.5))
+    rest, grad = c["parameters per rank (padded shards)"], c["gradients per rank (padded shards)"]
+    for row, name in enumerate(settings):
+        v = lambda label: c[f"{name}, {label}"]  # noqa: E731
+        boxes = [("rest", (rest,), MUTED), ("ag fwd", (v("forward all-gathers"),
+                  v("forward, bytes from other ranks")), COLOURS["F"]),
+                 ("held", (v("parameters held after forward"),), MUTED),
+                 ("ag bwd", (v("backward all-gathers"), v("backward, bytes from other ranks")),
+                  COLOURS["F"]),
+                 ("rs", (v("reduce-scatters"), v("reduce-scatter, bytes for other ranks")),
+                  COLOURS["B"]), ("grad", (grad,), MUTED)]
+        y = -row * 1.4
+        ax.text(-0.1, y + 0.55, name, ha="left", va="bottom", fontsize=9)
+        for i, (key, values, colour) in enumerate(boxes):
+            ax.add_patch(plt.Rectangle((i * 1.3, y - 0.5), 1.05, 1.0, facecolor=colour,
+                                       edgecolor=FG, linewidth=0.6,
+                                       hatch="//" if colour == MUTED else None,
+                                       hatchcolor="#ffffff"))
+            ax.text(i * 1.3 + 0.525, y, w[key].format(*values), ha="center", va="center",
+                    fontsize=7, color="#000000", bbox=LABEL_BOX, linespacing=1.2)
+            if i:
+                ax.annotate("", xy=(i * 1.3, y), xytext=(i * 1.3 - 0.25, y),
+                            arrowprops={"arrowstyle": "->", "color": FG, "lw": 0.8})
+    bottom = -(len(settings) - 1) * 1.4 - 0.6
+    ax.set_xlim(-0.15, len(boxes) * 1.3 - 0.2)
+    ax.set_ylim(bottom, 1.0)
+    ax.axis("off")
+    ax.text(0, bottom, w["per rank"], ha="left", va="top", fontsize=8)
+    return _svg(fig)
+
+
 def _lanes(spans):
     """Overlapping spans in sub-rows: the first sub-row free at each span's start."""
     ends, out = [], []
@@ -577,6 +631,9 @@ PICTURES: dict[str, Picture] = {
         lambda paths, lang: draw_parts(parts(body(paths[0])), lang)),
     "zero-bubble-memory": Picture(("cpu/model_parallel/zero_bubble_memory.txt",),
                                   _pipeline_bars),
+    "fsdp-step": Picture(
+        ("cpu/model_parallel/fsdp_cost.txt",),
+        lambda paths, lang: draw_fsdp_step(counted(body(paths[0])), lang)),
     "collectives": Picture(
         ("cpu/collectives/collectives.txt",),
         lambda paths, lang: draw_collectives(before_after(body(paths[0])), lang)),
