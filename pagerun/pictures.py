@@ -59,6 +59,8 @@ WORDS = {
         "held": "held after\nforward:\n{:,} B", "ag bwd": "backward:\n{} all-gathers,\n{:,} B in",
         "rs": "reduce-scatter:\n{} calls,\n{:,} B out", "grad": "gradient\nshard:\n{:,} B",
         "per rank": "bytes per rank; in: from other ranks, out: for other ranks",
+        "batch": "the batch\n{}", "replica": "replica on {}\nin {}\nout {}",
+        "output": "the output\n{}\non {}", "scatter": "scatter", "gather": "gather",
         "compute": "rank {}, main thread", "comm": "{} threads",
         "data": "data", "forward": "forward", "backward": "backward, until the last gradient",
         "wait": "backward, after it: waiting",
@@ -88,6 +90,8 @@ WORDS = {
         "held": "前向之后\n持有\n{:,} B", "ag bwd": "反向：{} 次\nall-gather\n收 {:,} B",
         "rs": "reduce-\nscatter：{} 次\n发 {:,} B", "grad": "梯度分片：\n{:,} B",
         "per rank": "每个 rank 的字节数；收：来自其他 rank，发：给其他 rank",
+        "batch": "批次\n{}", "replica": "{} 上的副本\n输入 {}\n输出 {}",
+        "output": "输出\n{}\n在 {} 上", "scatter": "scatter（分发）", "gather": "gather（汇集）",
         "compute": "rank {}，主线程", "comm": "{} 线程",
         "data": "数据", "forward": "前向", "backward": "反向，直到最后一个梯度",
         "wait": "反向，此后：等待",
@@ -190,6 +194,25 @@ _COUNTED = re.compile(r"^(?P<label>.+): predicted [\d,]+ (?P<unit>\w+), counted 
 def counted(lines: list[str]) -> dict[str, int]:
     """Every cost line's counted figure, by its label (bytes or calls)."""
     return {m["label"]: int(m["c"].replace(",", "")) for m in map(_COUNTED.match, lines) if m}
+
+
+_IN_MODEL = re.compile(r"^  In Model on (?P<dev>\S+): input (?P<i>\[[^\]]*\]), "
+                       r"output (?P<o>\[[^\]]*\])$")
+_OUTSIDE = re.compile(r"^Outside: input (?P<i>\[[^\]]*\]), output (?P<o>\[[^\]]*\]) "
+                      r"on (?P<dev>\S+)$")
+
+
+def dp_call(lines: list[str]):
+    """The first call of a DataParallel model in ``dp/classic.py``'s output: each replica's
+    (device, input shape, output shape), by device, and the call's (input, output, device)."""
+    replicas = []
+    for line in lines:
+        m, out = _IN_MODEL.match(line), _OUTSIDE.match(line)
+        if m:
+            replicas.append((m["dev"], m["i"], m["o"]))
+        elif out:
+            return lines[0], sorted(replicas), (out["i"], out["o"], out["dev"])
+    raise ValueError("no DataParallel call in the recording")
 
 
 _SPAN = re.compile(r"(-?[\d.]+) ms \.\.\s*(-?[\d.]+) ms")
@@ -477,6 +500,38 @@ def draw_fsdp_step(c: dict[str, int], lang: str) -> str:
     return _svg(fig)
 
 
+def draw_dp_call(data, lang: str) -> str:
+    """The batch scattered to the replicas and their outputs gathered, with the shapes and
+    devices the recording printed."""
+    w = WORDS[lang]
+    plt = _plt()
+    title, replicas, (x, y, dev) = data
+    n = len(replicas)
+    fig, ax = plt.subplots(figsize=(6.2, 0.75 * n + 1.0))
+    mid = -(n - 1) / 2
+    box = {"ha": "center", "va": "center", "fontsize": 8, "color": "#000000",
+           "linespacing": 1.3}
+    for cx, text in ((0, w["batch"].format(x)), (6, w["output"].format(y, dev))):
+        ax.add_patch(plt.Rectangle((cx - 0.9, mid - 0.4), 1.8, 0.8, facecolor=MUTED,
+                                   edgecolor=FG, linewidth=0.6))
+        ax.text(cx, mid, text, **box)
+    for k, (d, i, o) in enumerate(replicas):
+        ax.add_patch(plt.Rectangle((2.1, -k - 0.4), 1.8, 0.8, facecolor=SERIES[k % 6],
+                                   hatch=HATCHES[k % 6], hatchcolor="#ffffff", edgecolor=FG,
+                                   linewidth=0.6))
+        ax.text(3, -k, w["replica"].format(d, i, o), bbox=LABEL_BOX, **box)
+        for x0, y0, x1, y1 in ((0.9, mid, 2.1, -k), (3.9, -k, 5.1, mid)):
+            ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
+                        arrowprops={"arrowstyle": "->", "color": FG, "lw": 0.8})
+    for cx, word in ((1.5, "scatter"), (4.5, "gather")):
+        ax.text(cx, 0.55, w[word], ha="center", va="bottom", fontsize=8)
+    ax.text(-0.9, -n + 0.35, title, ha="left", va="top", fontsize=8)
+    ax.set_xlim(-1, 7)
+    ax.set_ylim(-n, 0.9)
+    ax.axis("off")
+    return _svg(fig)
+
+
 def _lanes(spans):
     """Overlapping spans in sub-rows: the first sub-row free at each span's start."""
     ends, out = [], []
@@ -641,6 +696,8 @@ PICTURES: dict[str, Picture] = {
         ("cpu/production/profile_step.txt",),
         lambda paths, lang: draw_step_timelines(step_timelines(body(paths[0])), lang)),
     # a GPU picture: from outputs/gpu only; without that recording it is not drawn
+    "dp-classic-gpu": Picture(
+        ("gpu/dp/classic.txt",), lambda paths, lang: draw_dp_call(dp_call(body(paths[0])), lang)),
     "cuda-allocator-gpu": Picture(
         ("gpu/cuda/allocator.txt",),
         lambda paths, lang: draw_memory(memory_series(body(paths[0])), device(paths[0]), lang)),

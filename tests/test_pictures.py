@@ -48,6 +48,8 @@ CHANGES = {
                     "rank 0: [0, 1, 2, 3] -> [61, 64, 68, 72]", ">61<"),
     "profile-step": (0, "overlap, step 4, start .. end in ms from its start:",
                      "overlapX, step 4, start .. end in ms from its start:", ">overlapX<"),
+    "dp-classic-gpu": (0, "nn.DataParallel with 2 replicas on [0, 0]",
+                       "nn.DataParallel with 2 replicas on [0, 1]", "replicas on [0, 1]<"),
     "cuda-allocator-gpu": (0, "after del              allocated      0 MiB   reserved    256 MiB",
                            "after del              allocated      0 MiB   reserved    300 MiB",
                            ">0 / 300<"),
