@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -44,10 +45,28 @@ WORDS = {
         "sum": "a sum of all ranks", "from": "from rank {}",
         "params": "parameters", "grads": "gradients", "adam": "Adam moments",
         "acts": "activations held at peak", "ranks": "{} ranks",
-        "ms": "CPU total, ms (rank 0, step 4; a CPU run)",
+        "freed": "the peak had each I freed all its stage's outputs",
         "allocated": "allocated", "reserved": "reserved",
         "mib": "MiB after each line (allocated / reserved)",
         "later": "A GPU run of this program draws its picture here.",
+        "kept": "kept for backward, bytes per rank", "total": "{:,} B",
+        "one process": "one process",
+        "the norm's input, mean and 1/std": "the norm's input, mean and 1/std",
+        "the input of q, k, v": "the input of q, k, v",
+        "q, k, v by head and the softmax": "q, k, v by head and the softmax",
+        "the input of o": "the input of o",
+        "rest": "held at\nrest:\n{:,} B", "ag fwd": "forward:\n{} all-gathers,\n{:,} B in",
+        "held": "held after\nforward:\n{:,} B", "ag bwd": "backward:\n{} all-gathers,\n{:,} B in",
+        "rs": "reduce-scatter:\n{} calls,\n{:,} B out", "grad": "gradient\nshard:\n{:,} B",
+        "per rank": "bytes per rank; in: from other ranks, out: for other ranks",
+        "batch": "the batch\n{}", "replica": "replica on {}\nin {}\nout {}",
+        "output": "the output\n{}\non {}", "scatter": "scatter", "gather": "gather",
+        "compute": "rank {}, main thread", "comm": "{} threads",
+        "data": "data", "forward": "forward", "backward": "backward, until the last gradient",
+        "wait": "backward, after it: waiting",
+        "by hand": "all-reduce by hand: waiting", "optimizer": "optimizer",
+        "all_reduce": "{}:all_reduce, in the order they began",
+        "step ms": "ms from the start of step 4 (each rank its own; a CPU run)",
     },
     "zh": {
         "rank": "rank {}", "slot": "时间，以槽计（1 槽：前向经过全部层的 1/{}）",
@@ -58,9 +77,27 @@ WORDS = {
         "sum": "所有 rank 之和", "from": "来自 rank {}",
         "params": "参数", "grads": "梯度", "adam": "Adam 动量",
         "acts": "峰值时持有的激活值", "ranks": "{} 个 rank",
-        "ms": "CPU 总时间，毫秒（rank 0，第 4 步；CPU 上的运行）",
+        "freed": "假如每个 I 释放该阶段全部输出时的峰值",
         "allocated": "已分配", "reserved": "已保留", "mib": "每行之后的 MiB（已分配 / 已保留）",
         "later": "在 GPU 上运行这个程序后，这里会画出它的图。",
+        "kept": "为反向保留，每个 rank 的字节数", "total": "{:,} B",
+        "one process": "单进程",
+        "the norm's input, mean and 1/std": "LayerNorm 的输入、均值和 1/std",
+        "the input of q, k, v": "q、k、v 的输入",
+        "q, k, v by head and the softmax": "按头划分的 q、k、v 与 softmax",
+        "the input of o": "o 的输入",
+        "rest": "平时持有：\n{:,} B", "ag fwd": "前向：{} 次\nall-gather\n收 {:,} B",
+        "held": "前向之后\n持有\n{:,} B", "ag bwd": "反向：{} 次\nall-gather\n收 {:,} B",
+        "rs": "reduce-\nscatter：{} 次\n发 {:,} B", "grad": "梯度分片：\n{:,} B",
+        "per rank": "每个 rank 的字节数；收：来自其他 rank，发：给其他 rank",
+        "batch": "批次\n{}", "replica": "{} 上的副本\n输入 {}\n输出 {}",
+        "output": "输出\n{}\n在 {} 上", "scatter": "scatter（分发）", "gather": "gather（汇集）",
+        "compute": "rank {}，主线程", "comm": "{} 线程",
+        "data": "数据", "forward": "前向", "backward": "反向，直到最后一个梯度",
+        "wait": "反向，此后：等待",
+        "by hand": "手动 all-reduce：等待", "optimizer": "优化器",
+        "all_reduce": "{}:all_reduce，按开始先后编号",
+        "step ms": "从第 4 步开始算起的毫秒数（各 rank 各自计时；CPU 上的运行）",
     },
 }
 
@@ -131,16 +168,68 @@ def before_after(lines: list[str]) -> list[tuple[str, list[tuple[list[int], list
     return [(title, rows) for title, rows in out if rows]
 
 
-def profile_tables(lines: list[str]) -> list[tuple[str, list[tuple[str, float]]]]:
-    """Per case (``NAME (...), rank 0, step 4:``), the ranges and ops and their CPU total."""
+_PART = re.compile(r"^(?P<case>.+?), kept for backward, (?P<part>.+?): predicted [\d,]+ B, "
+                   r"counted (?P<c>[\d,]+) B$")
+_TOTAL = re.compile(r"^(?P<case>.+?), .*per rank: predicted [\d,]+ B, counted (?P<c>[\d,]+) B$")
+
+
+def parts(lines: list[str]) -> list[tuple[str, dict[str, int], int]]:
+    """Per case, in order: the counted bytes of each part (``CASE, kept for backward, PART:
+    predicted N B, counted N B``) and the case's total per rank (``CASE, ... per rank: ...``),
+    as ``tensor_memory.py`` prints them."""
+    out: dict[str, tuple[dict[str, int], list[int]]] = {}
+    for line in lines:
+        m, t = _PART.match(line), _TOTAL.match(line)
+        if m:
+            out.setdefault(m["case"], ({}, []))[0][m["part"]] = int(m["c"].replace(",", ""))
+        elif t:
+            out.setdefault(t["case"], ({}, []))[1].append(int(t["c"].replace(",", "")))
+    return [(case, p, total[0]) for case, (p, total) in out.items()]
+
+
+_COUNTED = re.compile(r"^(?P<label>.+): predicted [\d,]+ (?P<unit>\w+), counted (?P<c>[\d,]+) "
+                      r"(?P=unit)$")
+
+
+def counted(lines: list[str]) -> dict[str, int]:
+    """Every cost line's counted figure, by its label (bytes or calls)."""
+    return {m["label"]: int(m["c"].replace(",", "")) for m in map(_COUNTED.match, lines) if m}
+
+
+_IN_MODEL = re.compile(r"^  In Model on (?P<dev>\S+): input (?P<i>\[[^\]]*\]), "
+                       r"output (?P<o>\[[^\]]*\])$")
+_OUTSIDE = re.compile(r"^Outside: input (?P<i>\[[^\]]*\]), output (?P<o>\[[^\]]*\]) "
+                      r"on (?P<dev>\S+)$")
+
+
+def dp_call(lines: list[str]):
+    """The first call of a DataParallel model in ``dp/classic.py``'s output: each replica's
+    (device, input shape, output shape), by device, and the call's (input, output, device)."""
+    replicas = []
+    for line in lines:
+        m, out = _IN_MODEL.match(line), _OUTSIDE.match(line)
+        if m:
+            replicas.append((m["dev"], m["i"], m["o"]))
+        elif out:
+            return lines[0], sorted(replicas), (out["i"], out["o"], out["dev"])
+    raise ValueError("no DataParallel call in the recording")
+
+
+_SPAN = re.compile(r"(-?[\d.]+) ms \.\.\s*(-?[\d.]+) ms")
+
+
+def step_timelines(lines: list[str]) -> list[tuple[str, list[tuple[str, list[tuple]]]]]:
+    """Per case (``NAME, step 4, start .. end in ms from its start:``), its rows in order:
+    (name, [(start, end) of rank 0, of rank 1, ...]), as ``profile_step.py`` prints them."""
     out: list = []
     for line in lines:
-        head = re.match(r"^(?P<case>[\w-]+) \(.*\), rank \d+, step \d+:$", line)
-        row = re.match(r"^  (?P<name>\S.*?)\s+\d+\s+(?P<ms>[\d.]+) ms$", line)
+        head = re.match(r"^(?P<case>[\w-]+), step \d+, start \.\. end in ms", line)
+        spans = _SPAN.findall(line)
         if head:
             out.append((head["case"], []))
-        elif row and out:
-            out[-1][1].append((row["name"], float(row["ms"])))
+        elif spans and out and line.startswith("  "):
+            name = line[:line.index(spans[0][0])].strip()
+            out[-1][1].append((name, [(float(a), float(b)) for a, b in spans]))
     return out
 
 
@@ -254,14 +343,15 @@ def draw_timelines(data: dict[str, list[str]], lang: str) -> str:
 
 
 def draw_bars(groups: list[tuple[str, dict[str, dict[int, int]]]], lang: str,
-              series: dict[str, str]) -> str:
+              series: dict[str, str], marks: dict[tuple[str, int], int] | None = None) -> str:
     """Stacked bars, one per rank, one group per run: ``groups`` is [(title, {label: {rank:
-    bytes}})], ``series`` the labels to stack and their names (keys of WORDS)."""
+    bytes}})], ``series`` the labels to stack and their names (keys of WORDS); ``marks``, a
+    dashed line across the bar of (title, rank) at another value where it is lower."""
     w = WORDS[lang]
     plt = _plt()
     n = sum(max(len(v) for v in d.values()) for _, d in groups) + len(groups) - 1
     fig, ax = plt.subplots(figsize=(min(6.4, max(3.6, 0.6 * n + 1.4)), 3.2))
-    x, ticks, labels, top = 0, [], [], 0
+    x, ticks, labels, top, marked, crowded = 0, [], [], 0, False, n > 10
     for title, data in groups:
         ranks = sorted({r for v in data.values() for r in v})
         first = x
@@ -273,23 +363,35 @@ def draw_bars(groups: list[tuple[str, dict[str, dict[int, int]]]], lang: str,
                 value = data[label].get(r, 0)
                 ax.bar(x, value, 0.7, bottom=bottom, color=SERIES[k], hatch=HATCHES[k],
                        edgecolor=FG, linewidth=0.6, label=w[word] if x == 0 else None)
-                if value:
+                if value:  # upright where the bars are many, so that it fits in one
                     ax.text(x, bottom + value / 2, f"{value:,}", ha="center", va="center",
-                            color="#000000", fontsize=7, bbox=LABEL_BOX)
+                            color="#000000", fontsize=7, bbox=LABEL_BOX,
+                            rotation=90 if crowded else 0)
                 bottom += value
+            mark = (marks or {}).get((title, r))
+            if mark is not None and mark < bottom:
+                ax.hlines(mark, x - 0.45, x + 0.45, colors=FG, linestyles=(0, (3, 2)),
+                          linewidth=1.2, label=None if marked else w["freed"])
+                ax.text(x + 0.45, mark, f" {mark:,}", va="center", ha="left", fontsize=7)
+                marked = True
             top = max(top, bottom)
             ticks.append(x)
-            labels.append(w["rank"].format(r))
+            labels.append(str(r) if crowded else w["rank"].format(r))
             x += 1
         if len(groups) > 1:
-            ax.text((first + x - 1) / 2, -0.16, title, ha="center", va="top",
-                    transform=ax.get_xaxis_transform())
+            ax.text((first + x - 1) / 2, -0.16, textwrap.fill(title, 14) if crowded else title,
+                    ha="center",
+                    va="top", transform=ax.get_xaxis_transform(), fontsize=9)
         x += 1
     ax.set_xticks(ticks, labels, fontsize=9)
+    if crowded:  # the ticks are rank numbers: say so once, left of them
+        ax.text(-0.01, -0.02, w["rank"].format("").strip(), ha="right", va="top",
+                fontsize=9, transform=ax.transAxes)
     ax.set_ylim(0, top * 1.05)
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
-    if len(series) > 1:
-        ax.set_ylabel(w["bytes"])
+    if len(series) > 1 or marks:
+        ax.set_ylabel(w["bytes"] if len(series) > 1 else
+                      f"{w[next(iter(series.values()))]}, {w['bytes']}")
         ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(series), fontsize=9)
     else:  # one series: it names the axis
         ax.set_ylabel(f"{w[next(iter(series.values()))]}, {w['bytes']}")
@@ -334,24 +436,177 @@ def draw_collectives(data, lang: str) -> str:
     return _svg(fig)
 
 
-def draw_profile(data, lang: str) -> str:
+def draw_parts(data, lang: str) -> str:
+    """One stacked bar per case: its parts (the recording's names, in the page's language
+    where WORDS has them) and the counted total above it."""
     w = WORDS[lang]
     plt = _plt()
-    names = list(dict.fromkeys(n for _, rows in data for n, _ in rows))
-    fig, ax = plt.subplots(figsize=(6.4, 0.22 * len(names) * len(data) + 1.2))
-    height = 0.8 / len(data)
-    for k, (case, rows) in enumerate(data):
-        got = dict(rows)
-        ys = [i + k * height for i, n in enumerate(names) if n in got]
-        vals = [got[n] for n in names if n in got]
-        ax.barh(ys, vals, height, color=SERIES[k], hatch=HATCHES[k], edgecolor=FG,
-                linewidth=0.5, label=case)
-        for yv, v in zip(ys, vals):
-            ax.text(v, yv, f" {v:g}", va="center", fontsize=7)
-    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names)
-    ax.invert_yaxis()
-    ax.set_xlabel(w["ms"])
-    ax.legend(loc="lower right", fontsize=9)
+    names = list(dict.fromkeys(n for _, p, _ in data for n in p))
+    fig, ax = plt.subplots(figsize=(5.6, 3.4))
+    for x, (case, p, total) in enumerate(data):
+        bottom = 0
+        for k, name in enumerate(names):
+            value = p.get(name, 0)
+            ax.bar(x, value, 0.6, bottom=bottom, color=SERIES[k], hatch=HATCHES[k],
+                   edgecolor=FG, linewidth=0.6, label=w.get(name, name) if x == 0 else None)
+            if value:
+                ax.text(x, bottom + value / 2, f"{value:,}", ha="center", va="center",
+                        color="#000000", fontsize=7, bbox=LABEL_BOX)
+            bottom += value
+        ax.text(x, bottom, w["total"].format(total), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(data)), [w.get(case, case) for case, _, _ in data], fontsize=9)
+    ax.set_xlim(-0.6, len(data) - 0.4)
+    ax.set_ylim(0, max(t for _, _, t in data) * 1.1)
+    ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
+    ax.set_ylabel(w["kept"])
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, fontsize=8)
+    return _svg(fig)
+
+
+def draw_fsdp_step(c: dict[str, int], lang: str) -> str:
+    """FSDP2's step per rank, one row per ``reshard_after_forward``: what each rank holds and
+    what its collectives move, from ``fsdp_cost.py``'s counted lines."""
+    w = WORDS[lang]
+    plt = _plt()
+    settings = [k.split(",")[0] for k in c if k.endswith(", forward all-gathers")]
+    fig, ax = plt.subplots(figsize=(6.8, 1.4 * len(settings) + 0.5))
+    rest, grad = c["parameters per rank (padded shards)"], c["gradients per rank (padded shards)"]
+    for row, name in enumerate(settings):
+        v = lambda label: c[f"{name}, {label}"]  # noqa: E731
+        boxes = [("rest", (rest,), MUTED), ("ag fwd", (v("forward all-gathers"),
+                  v("forward, bytes from other ranks")), COLOURS["F"]),
+                 ("held", (v("parameters held after forward"),), MUTED),
+                 ("ag bwd", (v("backward all-gathers"), v("backward, bytes from other ranks")),
+                  COLOURS["F"]),
+                 ("rs", (v("reduce-scatters"), v("reduce-scatter, bytes for other ranks")),
+                  COLOURS["B"]), ("grad", (grad,), MUTED)]
+        y = -row * 1.4
+        ax.text(-0.1, y + 0.55, name, ha="left", va="bottom", fontsize=9)
+        for i, (key, values, colour) in enumerate(boxes):
+            ax.add_patch(plt.Rectangle((i * 1.3, y - 0.5), 1.05, 1.0, facecolor=colour,
+                                       edgecolor=FG, linewidth=0.6,
+                                       hatch="//" if colour == MUTED else None,
+                                       hatchcolor="#ffffff"))
+            ax.text(i * 1.3 + 0.525, y, w[key].format(*values), ha="center", va="center",
+                    fontsize=7, color="#000000", bbox=LABEL_BOX, linespacing=1.2)
+            if i:
+                ax.annotate("", xy=(i * 1.3, y), xytext=(i * 1.3 - 0.25, y),
+                            arrowprops={"arrowstyle": "->", "color": FG, "lw": 0.8})
+    bottom = -(len(settings) - 1) * 1.4 - 0.6
+    ax.set_xlim(-0.15, len(boxes) * 1.3 - 0.2)
+    ax.set_ylim(bottom, 1.0)
+    ax.axis("off")
+    ax.text(0, bottom, w["per rank"], ha="left", va="top", fontsize=8)
+    return _svg(fig)
+
+
+def draw_dp_call(data, lang: str) -> str:
+    """The batch scattered to the replicas and their outputs gathered, with the shapes and
+    devices the recording printed."""
+    w = WORDS[lang]
+    plt = _plt()
+    title, replicas, (x, y, dev) = data
+    n = len(replicas)
+    fig, ax = plt.subplots(figsize=(6.2, 0.75 * n + 1.0))
+    mid = -(n - 1) / 2
+    box = {"ha": "center", "va": "center", "fontsize": 8, "color": "#000000",
+           "linespacing": 1.3}
+    for cx, text in ((0, w["batch"].format(x)), (6, w["output"].format(y, dev))):
+        ax.add_patch(plt.Rectangle((cx - 0.9, mid - 0.4), 1.8, 0.8, facecolor=MUTED,
+                                   edgecolor=FG, linewidth=0.6))
+        ax.text(cx, mid, text, **box)
+    for k, (d, i, o) in enumerate(replicas):
+        ax.add_patch(plt.Rectangle((2.1, -k - 0.4), 1.8, 0.8, facecolor=SERIES[k % 6],
+                                   hatch=HATCHES[k % 6], hatchcolor="#ffffff", edgecolor=FG,
+                                   linewidth=0.6))
+        ax.text(3, -k, w["replica"].format(d, i, o), bbox=LABEL_BOX, **box)
+        for x0, y0, x1, y1 in ((0.9, mid, 2.1, -k), (3.9, -k, 5.1, mid)):
+            ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
+                        arrowprops={"arrowstyle": "->", "color": FG, "lw": 0.8})
+    for cx, word in ((1.5, "scatter"), (4.5, "gather")):
+        ax.text(cx, 0.55, w[word], ha="center", va="bottom", fontsize=8)
+    ax.text(-0.9, -n + 0.35, title, ha="left", va="top", fontsize=8)
+    ax.set_xlim(-1, 7)
+    ax.set_ylim(-n, 0.9)
+    ax.axis("off")
+    return _svg(fig)
+
+
+def _lanes(spans):
+    """Overlapping spans in sub-rows: the first sub-row free at each span's start."""
+    ends, out = [], []
+    for start, end in spans:
+        row = next((i for i, e in enumerate(ends) if e <= start), len(ends))
+        ends[row:row + 1] = [end]
+        out.append(row)
+    return out, max(1, len(ends))
+
+
+def draw_step_timelines(data, lang: str) -> str:
+    """Per case and rank, two lanes: the main thread's ranges (the backward split at the end
+    of the last gradient) and the all-reduces themselves, overlapping ones in sub-rows."""
+    w = WORDS[lang]
+    plt = _plt()
+    ranks = len(data[0][1][0][1])
+    lanes = len(data) * (ranks * 2 + 1)
+    fig, ax = plt.subplots(figsize=(6.2, 0.3 * lanes + 1.3))
+    style = {"data": (SERIES[4], ""), "forward": (COLOURS["F"], ""),
+             "backward": (COLOURS["B"], ""), "wait": (MUTED, "//"),
+             "by hand": (MUTED, "xx"), "optimizer": (COLOURS["W"], ""),
+             "all_reduce": (COLOURS["I"], "")}
+    used, y, ticks, labels, backend, right = [], 0, [], [], "", 0
+
+    def bar(key, x0, x1, lane_y, h=0.8, text=None):
+        used.append(key) if key not in used else None
+        colour, hatch = style[key]
+        ax.add_patch(plt.Rectangle((x0, lane_y - h / 2), x1 - x0, h, facecolor=colour,
+                                   hatch=hatch or None, edgecolor=FG, linewidth=0.5))
+        if text:
+            ax.text((x0 + x1) / 2, lane_y, text, ha="center", va="center", fontsize=6,
+                    color="#000000")
+
+    for case, rows in data:
+        ax.text(0, -y, case, ha="left", va="center", fontsize=9)
+        y += 1
+        spans = dict(rows)
+        comm = [(n, s) for n, s in rows if re.search(r":all_reduce \d+$", n)]
+        backend = comm[0][0].split(":")[0] if comm else backend
+        for r in range(ranks):
+            (g0, g1) = spans["last gradient (AddmmBackward0)"][r]
+            for name in ("data", "forward", "backward", "all-reduce by hand", "optimizer"):
+                if name not in spans:
+                    continue
+                x0, x1 = spans[name][r]
+                right = max(right, x1)
+                if name == "backward":
+                    bar("backward", x0, min(g1, x1), -y)
+                    if x1 > g1:
+                        bar("wait", g1, x1, -y)
+                else:
+                    bar({"all-reduce by hand": "by hand"}.get(name, name), x0, x1, -y)
+            ticks.append(-y)
+            labels.append(w["compute"].format(r))
+            y += 1
+            rows_of, n = _lanes([s[r] for _, s in comm])
+            h = 0.8 / n
+            for (name, s), sub in zip(comm, rows_of):
+                lane_y = -y + 0.4 - h * (sub + 0.5)
+                bar("all_reduce", s[r][0], s[r][1], lane_y, h, name.rsplit(" ", 1)[1])
+                right = max(right, s[r][1])
+            ticks.append(-y)
+            labels.append(w["comm"].format(backend))
+            y += 1
+    ax.set_xlim(0, right * 1.02)
+    ax.set_ylim(-y + 0.4, 0.6)
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.tick_params(axis="y", length=0)
+    ax.spines["left"].set_visible(False)
+    ax.set_xlabel(w["step ms"])
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=style[k][0], hatch=style[k][1] or None,
+                             edgecolor=FG, linewidth=0.5,
+                             label=w[k].format(backend) if k == "all_reduce" else w[k])
+               for k in style if k in used]
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, fontsize=8)
     return _svg(fig)
 
 
@@ -393,11 +648,20 @@ def _bars(titles, series):
     return draw
 
 
+_FREED = re.compile(r"^(?P<title>.+), rank (?P<rank>\d+): had each I freed all its stage's "
+                    r"outputs, the peak would be (?P<n>[\d,]+) B$")
+
+
 def _pipeline_bars(paths, lang):
-    _, data = counted_bytes(body(paths[0]))
+    """The peak per rank and schedule (``pipeline_memory.py``, ``zero_bubble_memory.py``),
+    and what it would be had each I freed all (the latter only)."""
+    lines = body(paths[0])
+    _, data = counted_bytes(["0 processes", *lines])  # these print no world size
     label = ", activations held at peak"
     groups = [(k[:-len(label)], {label: v}) for k, v in data.items() if k.endswith(label)]
-    return draw_bars(groups, lang, {label: "acts"})
+    marks = {(m["title"], int(m["rank"])): int(m["n"].replace(",", ""))
+             for m in map(_FREED.match, lines) if m}
+    return draw_bars(groups, lang, {label: "acts"}, marks)
 
 
 PICTURES: dict[str, Picture] = {
@@ -417,13 +681,23 @@ PICTURES: dict[str, Picture] = {
                              "gradients per rank (padded shards)": "grads",
                              "Adam moments (exp_avg, exp_avg_sq)": "adam"})),
     "pipeline-memory": Picture(("cpu/model_parallel/pipeline_memory.txt",), _pipeline_bars),
+    "tensor-memory": Picture(
+        ("cpu/model_parallel/tensor_memory.txt",),
+        lambda paths, lang: draw_parts(parts(body(paths[0])), lang)),
+    "zero-bubble-memory": Picture(("cpu/model_parallel/zero_bubble_memory.txt",),
+                                  _pipeline_bars),
+    "fsdp-step": Picture(
+        ("cpu/model_parallel/fsdp_cost.txt",),
+        lambda paths, lang: draw_fsdp_step(counted(body(paths[0])), lang)),
     "collectives": Picture(
         ("cpu/collectives/collectives.txt",),
         lambda paths, lang: draw_collectives(before_after(body(paths[0])), lang)),
     "profile-step": Picture(
         ("cpu/production/profile_step.txt",),
-        lambda paths, lang: draw_profile(profile_tables(body(paths[0])), lang)),
+        lambda paths, lang: draw_step_timelines(step_timelines(body(paths[0])), lang)),
     # a GPU picture: from outputs/gpu only; without that recording it is not drawn
+    "dp-classic-gpu": Picture(
+        ("gpu/dp/classic.txt",), lambda paths, lang: draw_dp_call(dp_call(body(paths[0])), lang)),
     "cuda-allocator-gpu": Picture(
         ("gpu/cuda/allocator.txt",),
         lambda paths, lang: draw_memory(memory_series(body(paths[0])), device(paths[0]), lang)),

@@ -32,10 +32,24 @@ CHANGES = {
                            "counted 6,144 B",
                         "1F1B, activations held at peak, rank 1: predicted 7,168 B, "
                         "counted 7,168 B", ">7,168<"),
+    "tensor-memory": (0, "TP, kept for backward, the input of o: predicted 2,304 B, "
+                         "counted 2,304 B",
+                      "TP, kept for backward, the input of o: predicted 2,048 B, "
+                      "counted 2,048 B", ">2,048<"),
+    "zero-bubble-memory": (0, "interleaved zero bubble, rank 1: had each I freed all its "
+                              "stage's outputs, the peak would be 9,216 B",
+                           "interleaved zero bubble, rank 1: had each I freed all its "
+                           "stage's outputs, the peak would be 8,192 B", "> 8,192<"),
+    "fsdp-step": (0, "reshard_after_forward=False, parameters held after forward: predicted "
+                     "40,392 B, counted 40,392 B",
+                  "reshard_after_forward=False, parameters held after forward: predicted "
+                  "39,000 B, counted 39,000 B", "39,000 B<"),
     "collectives": (0, "rank 0: [0, 1, 2, 3] -> [60, 64, 68, 72]",
                     "rank 0: [0, 1, 2, 3] -> [61, 64, 68, 72]", ">61<"),
-    "profile-step": (0, "  forward                  1    2.107 ms",
-                     "  forward                  1    9.876 ms", "> 9.876<"),
+    "profile-step": (0, "overlap, step 4, start .. end in ms from its start:",
+                     "overlapX, step 4, start .. end in ms from its start:", ">overlapX<"),
+    "dp-classic-gpu": (0, "nn.DataParallel with 2 replicas on [0, 0]",
+                       "nn.DataParallel with 2 replicas on [0, 1]", "replicas on [0, 1]<"),
     "cuda-allocator-gpu": (0, "after del              allocated      0 MiB   reserved    256 MiB",
                            "after del              allocated      0 MiB   reserved    300 MiB",
                            ">0 / 300<"),
@@ -79,6 +93,19 @@ def test_timeline_blocks_follow_the_replay_costs():
         ("F", 0, 2), ("F", 2, 2), ("B", 6, 4)]
     assert list(pictures._blocks("FFIWBB", wide=False)) == [
         ("F", 0, 1), ("F", 1, 1), ("I", 2, 1), ("W", 3, 1), ("B", 4, 2)]
+
+
+def test_step_timeline_draws_the_times_and_packs_overlapping_spans(tmp_path):
+    """A moved all-reduce moves its bar; spans that overlap in time share a lane in
+    sub-rows, one after another in the same sub-row."""
+    path = tmp_path / "profile_step.txt"
+    text = (OUTPUTS / pictures.PICTURES["profile-step"].sources[0]).read_text(encoding="utf-8")
+    line = next(x for x in text.splitlines() if x.startswith("  gloo:all_reduce 1 "))
+    moved = re.sub(r"([\d.]+) ms", lambda m: f"{float(m[1]) + 5:.1f} ms", line, count=1)
+    path.write_text(text.replace(line, moved, 1), encoding="utf-8")
+    assert pictures.render("profile-step", "en", [path]) != pictures.cached("profile-step", "en")
+    assert pictures._lanes([(0, 4), (1, 5), (4.5, 6), (6, 7)]) == ([0, 1, 0, 0], 2)
+    assert pictures._lanes([(0, 1), (2, 3)]) == ([0, 0], 1)
 
 
 def test_gpu_pictures_come_only_from_gpu_recordings():

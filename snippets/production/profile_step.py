@@ -1,6 +1,7 @@
 """Profile a DDP step (data, forward, backward, optimizer) with torch.profiler: the
 all-reduce overlapping the backward (3 buckets), and not (1 bucket; no_sync and an
-all-reduce by hand). Each step's trace is written as a Chrome trace."""
+all-reduce by hand). Each step's trace is written as a Chrome trace, and read back:
+what ran when, per rank."""
 
 import argparse
 import contextlib
@@ -17,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 CASES = {"overlap": 1, "one-bucket": 100, "by-hand": None}  # case: bucket_cap_mb
+RANGES = ["data", "forward", "backward", "all-reduce by hand", "optimizer"]
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--trace-dir", help="where to write the traces "
                     "(default: traces/ in the temporary folder, e.g. /tmp/traces)",
@@ -96,14 +98,24 @@ def profile_case(cap_mb, path):
 
 # --8<-- [start:read]
 def read_trace(path):
-    """All-reduces launched, and launched before the last gradient: the order of calls
-    on one thread, from the trace's own events, not how long anything took."""
+    """From the trace's own events: the all-reduces launched, and those launched before
+    the last gradient (the order of calls on one thread, not how long anything took);
+    and what ran when: (name, start, end) in ms from the step's start, of the ranges, the
+    last gradient and each all-reduce itself (on a thread of gloo's), in order."""
     events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
     launches = [e for e in events if e["name"] == "c10d::allreduce_"]
     grads = [e for e in events if e["name"] == "AddmmBackward0"]  # one per Linear
     last = max(grads, key=lambda e: e["ts"])
     early = [e for e in launches if e["tid"] == last["tid"] and e["ts"] < last["ts"]]
-    return events, len(launches), len(early)
+    cpu = [e for e in events if e.get("cat") != "gpu_user_annotation"]  # GPU: twins
+    t0 = next(e for e in cpu if e["name"].startswith("ProfilerStep"))["ts"]
+    comm = sorted((e for e in cpu if e["name"] == f"{backend}:all_reduce"),
+                  key=lambda e: e["ts"])
+    rows = [(n, e) for n in RANGES for e in cpu if e["name"] == n] + [
+        ("last gradient (AddmmBackward0)", last)] + [
+        (f"{backend}:all_reduce {i}", e) for i, e in enumerate(comm, 1)]
+    return events, len(launches), len(early), [
+        (n, (e["ts"] - t0) / 1e3, (e["ts"] + e["dur"] - t0) / 1e3) for n, e in rows]
 # --8<-- [end:read]
 
 
@@ -126,18 +138,28 @@ for case in args.case or CASES:
     totals = {e.key: e for e in prof.key_averages()}
     how = f"bucket_cap_mb={cap_mb}" if cap_mb else "no_sync, then dist.all_reduce"
     show(f"\n{case} ({how}), rank 0, step 4:\n  {'range or op':<20} calls   CPU total")
-    for name in ["data", "forward", "backward", "all-reduce by hand", "optimizer",
-                 "c10d::allreduce_", f"{backend}:all_reduce"]:
+    for name in RANGES + ["c10d::allreduce_", f"{backend}:all_reduce"]:
         if name in totals:
             e = totals[name]
             show(f"  {name:<20} {e.count:>5} {e.cpu_time_total / 1e3:8.3f} ms")
     # --8<-- [end:table]
-    events, launched, early = read_trace(path)
+    events, launched, early, rows = read_trace(path)
     k = buckets(params, cap_mb) if cap_mb else len(params)  # by hand: one per tensor
     for what, p, c in [("all-reduces launched", k, launched), (
             "launched before the last gradient", k - 1 if cap_mb else 0, early)]:
         show(f"{case}, {what}: predicted {p:,} calls, counted {c:,} calls")
         failed += [f"{case}: {what}"] if p != c else []
+    # --8<-- [start:timeline]
+    every = [None] * world_size  # every rank's rows, printed by rank 0, side by side
+    dist.all_gather_object(every, rows)
+    failed += [f"{case}: timeline"] if len(rows) != 5 + (cap_mb is None) + k or any(
+        [n for n, *_ in r] != [n for n, *_ in rows] for r in every) else []
+    show(f"{case}, step 4, start .. end in ms from its start:\n{'':34}"
+         + "".join(f"{f'rank {r}':>23}" for r in range(world_size)))
+    for i, (name, *_) in enumerate(rows):
+        show(f"  {name:<32}" + "".join(f"{r[i][1]:8.1f} ms ..{r[i][2]:7.1f} ms"
+                                       for r in every))
+    # --8<-- [end:timeline]
     if device.type == "cuda":  # what a GPU trace adds: kernels, on streams
         kernels = [e for e in events if e.get("cat") == "kernel"]
         nccl = {e["args"]["stream"] for e in kernels if "nccl" in e["name"].lower()}
