@@ -334,10 +334,19 @@ def lighter_code(html: str) -> str:
             return html
 
 
+def _drop_alternates(html: str) -> str:
+    """ALTERNATE removed from the head (the regex, which starts with whitespace, is slow over a
+    whole notebook page)."""
+    end = html.find("</head>")
+    if end < 0:
+        return ALTERNATE.sub("", html)
+    return ALTERNATE.sub("", html[:end]) + html[end:]
+
+
 def on_post_page(output: str, page, config) -> str:
     """Drop the head's alternate links; name the search dialog; point a non-default language's
     search at its own index; fewer code spans."""
-    output = lighter_code(ALTERNATE.sub("", output))
+    output = lighter_code(_drop_alternates(output))
     lang = getattr(page.file, "locale", None) or DEFAULT
     output = _name_search(output, lang)
     if lang == DEFAULT:
@@ -360,7 +369,7 @@ def _rebase_search(html: str, lang: str) -> str:
 
 def on_post_template(output: str, template_name: str, config) -> str:
     if template_name == "404.html":
-        output = _name_search(ALTERNATE.sub("", output), _language(config))
+        output = _name_search(_drop_alternates(output), _language(config))
         _not_found[_language(config)] = output
     return output
 
