@@ -194,9 +194,18 @@ def search_mode(words: list[str]) -> list[str]:
     jieba = _jieba()
     seen: dict[str, None] = {}
     for w in words:
-        for part in (jieba.cut_for_search(w) if jieba else [w]):
+        for part in (_cut_for_search(w) if jieba else [w]):
             seen.setdefault(part)
     return list(seen)
+
+
+_search_cuts: dict[str, list[str]] = {}  # a word's parts: the same words recur on every page
+
+
+def _cut_for_search(word: str) -> list[str]:
+    if word not in _search_cuts:
+        _search_cuts[word] = list(_jieba().cut_for_search(word))
+    return _search_cuts[word]
 
 
 def _segmented(words: list[str]) -> str:

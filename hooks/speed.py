@@ -98,3 +98,52 @@ try:
     SearchIndex.add_entry_from_context = add_entry_from_context
 except ImportError:  # pragma: no cover - Material is the theme
     pass
+
+# get_lexer_by_name searches every lexer's aliases for each block: the class, once per name
+import pygments.lexers  # noqa: E402
+
+_REAL_LEXER = getattr(pygments.lexers.get_lexer_by_name, "_real", pygments.lexers.get_lexer_by_name)
+_lexers: dict[str, type] = {}
+
+
+def get_lexer_by_name(_alias, **options):
+    cls = _lexers.get(_alias.lower()) if isinstance(_alias, str) else None
+    if cls is not None:
+        return cls(**options)
+    lexer = _REAL_LEXER(_alias, **options)
+    if isinstance(_alias, str):
+        _lexers[_alias.lower()] = type(lexer)
+    return lexer
+
+
+get_lexer_by_name._real = _REAL_LEXER
+for _name in ("pygments.lexers", "pymdownx.highlight", "mkdocs_jupyter.nbconvert2",
+              "nbconvert.filters.markdown_mistune"):
+    try:
+        _module = importlib.import_module(_name)
+    except ImportError:  # pragma: no cover
+        continue
+    _have = getattr(_module, "get_lexer_by_name", None)
+    if _have is _REAL_LEXER or getattr(_have, "_real", None) is _REAL_LEXER:
+        _module.get_lexer_by_name = get_lexer_by_name
+
+# Material's search plugin removes data-search-* attributes from every page's HTML with a regex
+# (on_page_context), the notebooks' megabyte pages included; a page without one is left as it is
+# without running it.
+try:
+    import material.plugins.search.plugin as _search_plugin
+
+    class _Re:
+        def __getattr__(self, name):
+            return getattr(re, name)
+
+        @staticmethod
+        def sub(pattern, repl, string, *args, **kwargs):
+            if isinstance(pattern, str) and pattern.startswith(r"\s?data-search-") \
+                    and "data-search-" not in string:
+                return string
+            return re.sub(pattern, repl, string, *args, **kwargs)
+
+    _search_plugin.re = _Re()
+except ImportError:  # pragma: no cover
+    pass
