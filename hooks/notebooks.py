@@ -92,6 +92,9 @@ except ImportError:  # pragma: no cover - mkdocs-jupyter is a dependency
 
 
 def on_pre_build(config):
+    i18n = config.plugins.get("i18n")
+    if getattr(i18n, "building", False):
+        return  # the build of a further language: the first one wrote every language's notebooks
     notebooks.write_all()
 
 

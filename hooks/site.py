@@ -194,9 +194,18 @@ def search_mode(words: list[str]) -> list[str]:
     jieba = _jieba()
     seen: dict[str, None] = {}
     for w in words:
-        for part in (jieba.cut_for_search(w) if jieba else [w]):
+        for part in (_cut_for_search(w) if jieba else [w]):
             seen.setdefault(part)
     return list(seen)
+
+
+_search_cuts: dict[str, list[str]] = {}  # a word's parts: the same words recur on every page
+
+
+def _cut_for_search(word: str) -> list[str]:
+    if word not in _search_cuts:
+        _search_cuts[word] = list(_jieba().cut_for_search(word))
+    return _search_cuts[word]
 
 
 def _segmented(words: list[str]) -> str:
@@ -334,10 +343,19 @@ def lighter_code(html: str) -> str:
             return html
 
 
+def _drop_alternates(html: str) -> str:
+    """ALTERNATE removed from the head (the regex, which starts with whitespace, is slow over a
+    whole notebook page)."""
+    end = html.find("</head>")
+    if end < 0:
+        return ALTERNATE.sub("", html)
+    return ALTERNATE.sub("", html[:end]) + html[end:]
+
+
 def on_post_page(output: str, page, config) -> str:
     """Drop the head's alternate links; name the search dialog; point a non-default language's
     search at its own index; fewer code spans."""
-    output = lighter_code(ALTERNATE.sub("", output))
+    output = lighter_code(_drop_alternates(output))
     lang = getattr(page.file, "locale", None) or DEFAULT
     output = _name_search(output, lang)
     if lang == DEFAULT:
@@ -360,7 +378,7 @@ def _rebase_search(html: str, lang: str) -> str:
 
 def on_post_template(output: str, template_name: str, config) -> str:
     if template_name == "404.html":
-        output = _name_search(ALTERNATE.sub("", output), _language(config))
+        output = _name_search(_drop_alternates(output), _language(config))
         _not_found[_language(config)] = output
     return output
 

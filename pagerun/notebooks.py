@@ -97,9 +97,10 @@ def program_code(path: str) -> str:
     return "\n".join(l for l in lines if not SECTION.match(l)).strip("\n") + "\n"
 
 
-def build(chapter: str, lang: str) -> dict:
+def build(chapter: str, lang: str, blocks: list[pages.Block] | None = None) -> dict:
+    """The chapter's notebook; ``blocks``: ``pages.all_blocks(lang)``, when the caller has them."""
     t = TEXT[lang]
-    blocks = pages.all_blocks(lang)
+    blocks = pages.all_blocks(lang) if blocks is None else blocks
     page = _chapter_page(chapter, lang)
     title = _title(chapter, lang)
     link = f"../../{chapter}/" if page else "../../"  # the rendered page is <lang>/notebooks/<chapter>/
@@ -148,9 +149,10 @@ def target(chapter: str, lang: str) -> Path:
 def write_all() -> list[Path]:
     written = []
     for lang in pages.LANGS:
+        blocks = pages.all_blocks(lang)  # once per language, not once per chapter
         for chapter in chapters():
             path = target(chapter, lang)
-            text = json.dumps(build(chapter, lang), ensure_ascii=False, indent=1) + "\n"
+            text = json.dumps(build(chapter, lang, blocks), ensure_ascii=False, indent=1) + "\n"
             if not path.exists() or path.read_text(encoding="utf-8") != text:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text, encoding="utf-8")  # only when changed: `mkdocs serve` stays calm

@@ -12,6 +12,7 @@ Running a block is ``pagerun.runner``; the recordings a directive names are ``pa
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 from dataclasses import dataclass, field
@@ -71,13 +72,10 @@ class Block:
                 found |= set(SNIPPET_PATH.findall(path.read_text(encoding="utf-8")))
         todo = sorted(found)  # and the modules of their own folder they import, in turn
         while todo:
-            path = ROOT / todo.pop()
-            if path.suffix == ".py" and path.is_file():
-                for name in SIBLING_IMPORT.findall(path.read_text(encoding="utf-8")):
-                    module = (path.parent / f"{name}.py").relative_to(ROOT).as_posix()
-                    if (ROOT / module).is_file() and module not in found:
-                        found.add(module)
-                        todo.append(module)
+            for module in _sibling_modules(todo.pop()):
+                if module not in found:
+                    found.add(module)
+                    todo.append(module)
         return sorted(found)
 
     @property
@@ -88,6 +86,23 @@ class Block:
                 return int(t.group(1))
         return DEFAULT_TIMEOUT
 
+
+
+def _sibling_modules(snippet: str) -> list[str]:
+    """The modules of its own folder that a program imports (read once per version of the
+    file: the build and the notebooks ask for every block's snippets many times)."""
+    path = ROOT / snippet
+    if path.suffix != ".py" or not path.is_file():
+        return []
+    return _sibling_modules_of(snippet, path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _sibling_modules_of(snippet: str, _mtime_ns: int) -> list[str]:
+    path = ROOT / snippet
+    names = SIBLING_IMPORT.findall(path.read_text(encoding="utf-8"))
+    modules = [(path.parent / f"{n}.py").relative_to(ROOT).as_posix() for n in names]
+    return [m for m in modules if (ROOT / m).is_file()]
 
 def pages(lang: str | None = None) -> list[Path]:
     langs = [lang] if lang else LANGS

@@ -1,13 +1,20 @@
-"""Benchmark, not a test: the wall time of the strict site build and of the whole suite, the 10
-slowest blocks, and each figure against its target (2-core CI machine: suite <= 120 s, build
-<= 10 s).
+"""Benchmark, not a test: every budget of the project, each figure against its target.
 
-    make bench        (or: python tests/bench.py)
+    make bench        (or: python tests/bench.py [--no-suite] [--runs 3])
 
-The build is timed alone (nothing else running), then the suite, once, with DOCS_TIMINGS set so
-that the collector writes how long each block's own process ran.
+1. The strict site build, timed alone (target <= 10 s on 2 cores).
+2. That build served on 127.0.0.1 (tests/bench_site.py): what a browser transfers for a chapter
+   page in each language and its requests (<= 600 KB), the requests that leave 127.0.0.1 (0), and
+   each search index's size; then Lighthouse's median performance (>= 90) and accessibility (100)
+   on that chapter page in both languages, or a line saying it is not installed and how to get it.
+3. The whole suite, once, with DOCS_TIMINGS set so that the collector writes how long each block's
+   own process ran (target <= 120 s), and its 10 slowest blocks.
+
+The machine's load average is printed with each timing: on a busy machine the times and the
+performance scores mean little (accessibility does not depend on load).
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -26,34 +33,85 @@ def timed(argv, env):
     return time.perf_counter() - t0, proc
 
 
-with tempfile.TemporaryDirectory() as tmp:
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", DOCS_TIMINGS=f"{tmp}/blocks.json")
-    build_s, proc = timed([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", f"{tmp}/site"],
-                          env)
-    if proc.returncode:
-        sys.exit(proc.stdout + proc.stderr)
-    suite_s, proc = timed([sys.executable, "-m", "pytest", "--codeblocks", "-q",
-                           "-p", "no:cacheprovider"], env)
-    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "(no output)"
-    blocks = json.loads(Path(f"{tmp}/blocks.json").read_text()) if proc.stdout else []
+def load() -> str:
+    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
 
-print(f"cores: {os.cpu_count()}")
-for name, seconds in (("strict build", build_s), ("whole suite", suite_s)):
+
+def site_budgets(site: Path, runs: int) -> int:
+    """tests/bench_site.py's measurements on the built site; Lighthouse where it is installed."""
+    try:
+        import bench_site
+        import sitebuild
+        import test_browser
+    except ImportError as e:  # playwright missing
+        print(f"page weight: not measured ({e})")
+        return 0
+    reason = test_browser._missing_browser()
+    if reason:
+        print(f"page weight: not measured ({reason})")
+        return 0
+    base, server = sitebuild.serve(site)
+    try:
+        status = bench_site.page_budgets(site, base)
+        missing = bench_site.lighthouse_missing()
+        if missing:
+            print(missing)
+        else:
+            pages = [test_browser.CHAPTER, "zh/" + test_browser.CHAPTER]
+            print(f"({load()}: performance scores drop on a busy machine)")
+            status |= bench_site.lighthouse(base, pages, runs)
+    finally:
+        server.shutdown()
+    return status
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-suite", action="store_true", help="the build and the site only")
+    parser.add_argument("--runs", type=int, default=3, help="Lighthouse runs per page")
+    args = parser.parse_args()
+    status = 0
+    print(f"cores: {os.cpu_count()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, NO_MKDOCS_2_WARNING="1", DOCS_TIMINGS=f"{tmp}/blocks.json")
+        before = load()
+        build_s, proc = timed([sys.executable, "-m", "mkdocs", "build", "--strict", "-d",
+                               f"{tmp}/site"], env)
+        if proc.returncode:
+            sys.exit(proc.stdout + proc.stderr)
+        report("strict build", build_s, f"{before} before")
+        status |= site_budgets(Path(tmp) / "site", args.runs)
+        if args.no_suite:
+            return status
+        before = load()
+        suite_s, proc = timed([sys.executable, "-m", "pytest", "--codeblocks", "-q",
+                               "-p", "no:cacheprovider"], env)
+        summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "(no output)"
+        blocks = json.loads(Path(f"{tmp}/blocks.json").read_text()) \
+            if Path(f"{tmp}/blocks.json").exists() else []
+    report("whole suite", suite_s, f"{before} before")
+    print(f"suite result: {summary}")
+    for line in proc.stdout.splitlines():
+        if line.startswith(("FAILED", "ERROR")):
+            print("  " + line[:160])
+    warm = sum(1 for b in blocks if b["how"] == "warm")
+    print(f"\nblocks run: {len(blocks)} ({warm} warm, {len(blocks) - warm} in a shell); "
+          f"their processes ran {sum(b['seconds'] for b in blocks):.1f} s in all")
+    print("slowest 10 blocks (seconds of the block's own process):")
+    for b in blocks[:10]:
+        lines = b["command"].replace("\\\n", " ").splitlines()
+        first = " ".join(lines[0].split()).replace("OMP_NUM_THREADS=1 ", "")
+        first = first.replace("torchrun --standalone ", "torchrun ")
+        more = " ..." if len(lines) > 1 or len(first) > 96 else ""
+        print(f"  {b['seconds']:6.1f} s  {first[:96]}{more}")
+    return status | proc.returncode
+
+
+def report(name: str, seconds: float, note: str) -> None:
     target = TARGETS[name]
     print(f"{name + ':':14}{seconds:7.1f} s   target <= {target:.0f} s   "
-          f"ratio {seconds / target:.2f}")
-print(f"suite result: {summary}")
-for line in proc.stdout.splitlines():
-    if line.startswith(("FAILED", "ERROR")):
-        print("  " + line[:160])
-warm = sum(1 for b in blocks if b["how"] == "warm")
-print(f"\nblocks run: {len(blocks)} ({warm} warm, {len(blocks) - warm} in a shell); "
-      f"their processes ran {sum(b['seconds'] for b in blocks):.1f} s in all")
-print("slowest 10 blocks (seconds of the block's own process):")
-for b in blocks[:10]:
-    lines = b["command"].replace("\\\n", " ").splitlines()
-    first = " ".join(lines[0].split()).replace("OMP_NUM_THREADS=1 ", "")
-    first = first.replace("torchrun --standalone ", "torchrun ")
-    more = " ..." if len(lines) > 1 or len(first) > 96 else ""
-    print(f"  {b['seconds']:6.1f} s  {first[:96]}{more}")
-sys.exit(proc.returncode)
+          f"ratio {seconds / target:.2f}   ({note})", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,7 +13,7 @@ on every page of the site in both languages (or on the PAGEs given, e.g. `zh/dp/
 --runs times each, and prints the median of each score per page and the lowest median.
 Targets: performance >= 90, accessibility 100. Lighthouse comes from npm, the browser
 is Debian's /usr/bin/chromium (never a downloaded one): `npm install --global
-lighthouse@12` (or --prefix /work/tools); found through $LIGHTHOUSE, then `lighthouse` on PATH, then
+lighthouse@12.2.3` (13 needs Node 22; or --prefix /work/tools); found through $LIGHTHOUSE, then `lighthouse` on PATH, then
 /work/tools/node_modules/.bin/lighthouse. Scores are noisy on a busy 2-core machine: the
 spread (min-max) of the runs and Lighthouse's CPU index are printed too.
 """
@@ -61,8 +61,7 @@ def lighthouse(base: str, pages: list[str], runs: int) -> int:
     """Lighthouse on each page, `runs` times; prints the medians; 1 if a target is missed."""
     exe = _lighthouse_bin()
     if not exe:
-        sys.exit("lighthouse not found: npm install --prefix /work/tools lighthouse@12 "
-                 "(or set LIGHTHOUSE=/path/to/lighthouse)")
+        sys.exit(lighthouse_missing())
     env = dict(os.environ, CHROME_PATH=test_browser.CHROMIUM)
     rows = []
     print(f"lighthouse ({runs} runs per page, mobile; median [min-max]; CPU index: "
@@ -105,19 +104,18 @@ def lighthouse(base: str, pages: list[str], runs: int) -> int:
     return 0 if low_p[1] >= 90 and low_a[2] >= 100 else 1
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lighthouse", action="store_true",
-                        help="also run Lighthouse on every page, both languages")
-    parser.add_argument("--runs", type=int, default=3, help="Lighthouse runs per page")
-    parser.add_argument("pages", nargs="*", help="only these pages (e.g. zh/dp/)")
-    args = parser.parse_args()
-    reason = test_browser._missing_browser()
-    if reason:
-        sys.exit(reason)
-    root, build_s = sitebuild.built()
-    base, server = sitebuild.serve(root)
-    print(f"strict build:   {build_s:6.1f} s   (target <= 10 s)")
+def lighthouse_missing() -> str | None:
+    """None when Lighthouse is there; else a line saying how to install it."""
+    if _lighthouse_bin():
+        return None
+    return ("Lighthouse: not installed, so no performance or accessibility scores: "
+            "npm install --global lighthouse@12.2.3 (12.x runs on Node 18/20; 13 needs Node 22), "
+            "or set LIGHTHOUSE=/path/to/lighthouse")
+
+
+def page_budgets(root: Path, base: str) -> int:
+    """Page weight, requests, external requests and search index sizes of the site at ``root``
+    served at ``base``; prints each against its target; 1 if a target is missed."""
     worst, outside = 0, []
     for lang, query in (("en", "CUDA_VISIBLE_DEVICES"), ("zh", "显存")):
         # a fresh profile per language: nothing comes from the cache
@@ -134,7 +132,8 @@ def main() -> int:
         all_kb = sum(s["responseBodySize"] + s["responseHeadersSize"] for s in sized) / 1024
         worst = max(worst, all_kb)
         print(f"{lang} /{'' if lang == 'en' else 'zh/'}{CHAPTER}: {load_kb:6.0f} KB in {load_n} requests at load; "
-              f"{all_kb:6.0f} KB in {len(b.requests) - n0} requests after one search (target <= 600 KB)")
+              f"{all_kb:6.0f} KB in {len(b.requests) - n0} requests after one search (target <= 600 KB, "
+              f"ratio {all_kb / 600:.2f})")
         outside += b.outside
         b.close()
     print(f"requests that left 127.0.0.1: {len(outside)}   (target 0)")
@@ -142,7 +141,23 @@ def main() -> int:
         data = index.read_bytes()
         print(f"search index /{index.relative_to(root)}: {len(data) / 1024:6.0f} KB "
               f"({len(gzip.compress(data)) / 1024:.0f} KB gzipped)")
-    status = 0 if worst <= 600 and not outside else 1
+    return 0 if worst <= 600 and not outside else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lighthouse", action="store_true",
+                        help="also run Lighthouse on every page, both languages")
+    parser.add_argument("--runs", type=int, default=3, help="Lighthouse runs per page")
+    parser.add_argument("pages", nargs="*", help="only these pages (e.g. zh/dp/)")
+    args = parser.parse_args()
+    reason = test_browser._missing_browser()
+    if reason:
+        sys.exit(reason)
+    root, build_s = sitebuild.built()
+    base, server = sitebuild.serve(root)
+    print(f"strict build:   {build_s:6.1f} s   (target <= 10 s, ratio {build_s / 10:.2f})")
+    status = page_budgets(root, base)
     if args.lighthouse:
         status |= lighthouse(base, args.pages or _chapter_pages(root), args.runs)
     server.shutdown()
