@@ -36,7 +36,7 @@ def as_list(batch):  # a function of the module: spawn and forkserver pickle it 
 
 
 # --8<-- [start:run]
-WORKERS = 2
+WORKERS = 1  # spawn and forkserver: each worker imports torch again
 
 
 def run(context):
@@ -80,7 +80,7 @@ def main():
         print(f"  {method}: first batch after {seconds:.2f} s")
         if method != "forkserver":  # forkserver: 1 or 2, by Python release (see page)
             predicted = 0 if method == "fork" else WORKERS
-            print(f"{method}, imports of this file for {WORKERS} workers: predicted "
+            print(f"{method}, imports of this file for {WORKERS} worker(s): predicted "
                   f"{predicted:,} imports, counted {imports:,} imports")
             failed += [] if imports == predicted else [method]
     same = seen["default"] == seen[default]
