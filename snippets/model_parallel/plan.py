@@ -113,7 +113,7 @@ with FakeTensorMode(allow_non_fake_inputs=True):  # tensors with shapes and no d
     with Collectives():  # one step on 16 tokens: forward, backward
         out = model(x, torch.randint(0, c["vocab"], (1, 16)))
         out.backward(None if model.head is not None else torch.ones_like(out))
-    adam = torch.optim.Adam(model.parameters(), foreach=False)  # per tensor: fastest on fakes
+    adam = torch.optim.Adam(model.parameters(), foreach=False)  # fastest on fakes
     adam.step()  # creates Adam's state, sharded as the parameters are
 # --8<-- [end:step]
 

@@ -100,8 +100,8 @@ def profile_case(cap_mb, path):
 def read_trace(path):
     """From the trace's own events: the all-reduces launched, and those launched before
     the last gradient (the order of calls on one thread, not how long anything took);
-    and what ran when: (name, start, end) in ms from the step's start, of the ranges, the
-    last gradient and each all-reduce itself (on a thread of gloo's), in order."""
+    and what ran when: (name, start, end) in ms from the step's start, of the ranges,
+    the last gradient and each all-reduce itself (on a thread of gloo's), in order."""
     events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
     launches = [e for e in events if e["name"] == "c10d::allreduce_"]
     grads = [e for e in events if e["name"] == "AddmmBackward0"]  # one per Linear
