@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 import textwrap
 from dataclasses import dataclass
@@ -704,7 +705,9 @@ PICTURES: dict[str, Picture] = {
 }
 
 _CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-CACHE = ROOT / ".cache" / "pictures"  # gitignored; a build without it draws everything
+# gitignored; a build without it draws everything (DOCS_PICTURE_CACHE: elsewhere, e.g. an empty
+# folder, as `make bench` does to time a cold build as CI runs it)
+CACHE = Path(os.environ.get("DOCS_PICTURE_CACHE") or ROOT / ".cache" / "pictures")
 
 
 _BLOCK = re.compile(r"<!-- picture: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /picture -->\n",

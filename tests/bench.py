@@ -75,8 +75,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, NO_MKDOCS_2_WARNING="1", DOCS_TIMINGS=f"{tmp}/blocks.json")
         before = load()
+        # a cold build, as CI's: no pictures drawn by an earlier build (pagerun/pictures.py)
         build_s, proc = timed([sys.executable, "-m", "mkdocs", "build", "--strict", "-d",
-                               f"{tmp}/site"], env)
+                               f"{tmp}/site"], dict(env, DOCS_PICTURE_CACHE=f"{tmp}/pictures"))
         if proc.returncode:
             sys.exit(proc.stdout + proc.stderr)
         report("strict build", build_s, f"{before} before")
