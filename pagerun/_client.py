@@ -1,6 +1,11 @@
 """torchrun's ``PYTHON_EXEC`` in a warm block: start ``python -u PROGRAM ARGS`` through the
 fork server of ``pagerun.warmpool`` and behave as that process would (signals, exit status).
 
+Also ``torchrun`` itself in a shell block (``_client.py --torchrun SHIM ARGS``, from the
+``torchrun`` script that ``pagerun.warmpool.agent_dir`` puts first on the block's PATH): the
+agent, ``torch.distributed.run``, starts in the server with the shell's environment, working
+directory and streams; this process stays the one the shell knows (``$!``, ``wait``, ``kill``).
+
 Standard library only, and nothing else imported: this is a process per worker, started as
 ``python -I -S pagerun/_client.py`` (no site-packages, no ``PYTHON*`` settings of the reader's,
 not even this package on its path), so the wire protocol lives here and the server imports it
@@ -62,7 +67,88 @@ def recv_request(conn: socket.socket):
 # the client
 
 
+def _real_torchrun(shim: str, env: dict) -> str | None:
+    """The ``torchrun`` the shell would have run without the shim: the next one on PATH."""
+    mine = os.path.realpath(os.path.dirname(shim))
+    for folder in env.get("PATH", "").split(os.pathsep):
+        path = os.path.join(folder or ".", "torchrun")
+        if os.path.realpath(folder or ".") != mine and os.access(path, os.X_OK) \
+                and os.path.isfile(path):
+            return path
+    return None
+
+
+def _same_python(script: str, python: str) -> bool:
+    """``script``'s ``#!`` names an interpreter of the server's environment (same bin folder)."""
+    try:
+        with open(script, "rb") as f:
+            first = f.readline(512).decode("utf-8", "replace")
+    except OSError:
+        return False
+    if not first.startswith("#!"):
+        return False
+    interp = first[2:].split()[0] if first[2:].split() else ""
+    return interp == python or os.path.dirname(interp) == os.path.dirname(python)
+
+
+def agent(shim: str, args: list[str]) -> None:
+    """``torchrun ARGS`` in a shell block: its agent forked from the server."""
+    env = dict(os.environ)
+    real = _real_torchrun(shim, env)
+    if real is None:
+        sys.stderr.write("torchrun: command not found\n")
+        sys.exit(127)
+    address = env.get("PAGERUN_FORKSERVER", "")
+    python = env.get("PAGERUN_PYTHON", "")
+    if (not address or not python or not _same_python(real, python)
+            or any(k.startswith(IMPORT_TIME_ENV) for k in env)):
+        os.execve(real, ["torchrun", *args], env)  # what the shell would have done
+    _forward_and_exit(address, [real, *args], env,
+                      lambda: os.execve(real, ["torchrun", *args], env), os.kill)
+
+
+def _forward_and_exit(address, argv, env, fallback, send) -> None:
+    """Start ``argv`` in the server, forward signals to it with ``send``, exit as it did."""
+    pid = None
+    pending = []
+
+    def forward(sig, _frame):
+        if pid is None:
+            pending.append(sig)
+            return
+        try:
+            send(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                signal.SIGUSR1, signal.SIGUSR2):
+        if signal.getsignal(sig) != signal.SIG_IGN:  # ignored stays ignored (a `&` job's INT)
+            signal.signal(sig, forward)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(address)
+    except OSError:  # no server: a fresh interpreter, as without us
+        fallback()
+    pid = send_request(sock, argv, env, os.getcwd(), [0, 1, 2])
+    if pid is None:
+        sys.exit(1)
+    for sig in pending:
+        forward(sig, None)
+    code = read_int(sock)
+    if code is None:
+        sys.exit(1)
+    if code < 0:  # killed by a signal: so is this process
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
 def main() -> None:
+    if len(sys.argv) >= 3 and sys.argv[1] == "--torchrun":
+        agent(sys.argv[2], sys.argv[3:])
+        return
     env = dict(os.environ)
     address = env.pop("PAGERUN_FORKSERVER", "")
     python = env.pop("PAGERUN_PYTHON", sys.executable)
@@ -78,30 +164,12 @@ def main() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(address)
-    except OSError:  # no server: a fresh interpreter, as without us
-        os.execve(python, [python, *args], env)
-    pid = send_request(sock, args[1:], env, os.getcwd(), [0, 1, 2])
 
-    def forward(sig, _frame):
-        try:
-            os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    def killpg(pid, sig):
+        os.killpg(pid, sig)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-                signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, forward)
-    code = read_int(sock)
-    if code is None:
-        sys.exit(1)
-    if code < 0:  # the worker was killed by a signal: so is this process
-        if -code not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    sys.exit(code)
+    _forward_and_exit(address, args[1:], env, lambda: os.execve(python, [python, *args], env),
+                      killpg)
 
 
 if __name__ == "__main__":

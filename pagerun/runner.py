@@ -10,11 +10,14 @@ Two ways to start that process, with the same result:
 - **warm**: a block whose every line is ``python snippets/PROGRAM.py [ARGS]`` or ``torchrun ...``
   (optionally after ``CUDA_*=...`` and similar assignments) is forked from a server that has
   already imported torch (``pagerun.warmpool``, preloading ``pagerun._warm``; CUDA is never
-  initialised there). torchrun's workers, in any block, start through the same server. The child sets the environment, ``sys.argv``, ``sys.path``,
-  the working directory and the standard streams as the interpreter would, runs the program as
-  ``__main__``, prints an uncaught exception's traceback as Python does, runs ``atexit``
-  handlers, and exits with the program's status. It saves ``import torch`` (about a second on
-  two cores) per block. ``tests/test_engine.py`` checks on a sample that both ways print the same.
+  initialised there). torchrun's workers, in any block, start through the same server, and so do
+  the agents of ``torchrun`` in other blocks (a ``torchrun`` first on their PATH that is the
+  server's client: ``warmpool.agent_dir``). The child sets the environment, ``sys.argv``,
+  ``sys.path``, the working directory and the standard streams as the interpreter would, runs the
+  program as ``__main__``, prints an uncaught exception's traceback as Python does, runs
+  ``atexit`` handlers, and exits with the program's status. It saves ``import torch`` (about a
+  second on two cores) per block. ``tests/test_engine.py`` checks on a sample that both ways print
+  the same.
   ``DOCS_WARM=0`` turns it off.
 """
 
@@ -49,6 +52,9 @@ _ASSIGN = (r"(?:CUDA_[A-Z_]+|OMP_NUM_THREADS|TORCH_DISTRIBUTED_DEBUG"
 _ARG = r"[\w=./:,+-]+"
 WARM_LINE = re.compile(rf"^((?:{_ASSIGN} )*)(?:python3? (snippets/[\w/.-]+\.py)|(torchrun))"
                        rf"((?: {_ARG})*)$")
+
+
+_OWN_HOSTS = ("pytest.mark.needs_root_netns", "pytest.mark.needs_slurm")
 
 
 @dataclass
@@ -149,6 +155,10 @@ def run(block: Block, warm: bool = True) -> Result:
         from pagerun import warmpool
 
         e = warmpool.worker_env(e)  # torchrun's workers start warm (its PYTHON_EXEC)
+        if not any(m.startswith(_OWN_HOSTS) for m in block.marks):
+            # and its agents: `torchrun` is the server's client (not on hosts of their own:
+            # the server is in this machine's network namespace)
+            e["PATH"] = os.pathsep.join([warmpool.agent_dir(), e["PATH"]])
     proc = subprocess.Popen(argv, cwd=ROOT, env=e, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)

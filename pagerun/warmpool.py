@@ -17,13 +17,15 @@ The server sends the child's pid and, when it ends, its status (negative: killed
 signal). When a client goes away before its child has ended, the server kills the child's
 process group: nothing outlives the process that asked for it.
 
-Two clients:
+Three clients:
 
 - ``run()``, for a block: ``python snippets/...`` or ``torchrun ...`` itself (torchrun's agent).
 - ``pagerun/_client.py``, for torchrun's workers: the agent starts ``$PYTHON_EXEC -u PROGRAM
   ARGS`` for each (torchrun's documented override of ``sys.executable``); the client passes its
   streams and environment to the server, forwards the signals the agent sends, and exits as the
   worker did. The worker, too, skips ``import torch``, which is most of a small program's time.
+- the same client as ``torchrun`` in a shell block (``agent_dir``): the agent is started here with
+  the shell's environment and streams; the client is the process the shell waits for and kills.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from pathlib import Path
 from pagerun._client import read_int, recv_request, send_request
 
 _LOCK = threading.Lock()
-_SERVER: tuple[subprocess.Popen, str, str] | None = None
+_SERVER: tuple[subprocess.Popen, str, str, str] | None = None
 CLIENT = Path(__file__).with_name("_client.py")
 
 
@@ -212,18 +214,36 @@ def address() -> str:
             with open(client, "w") as f:
                 f.write(f'#!/bin/sh\nexec "{sys.executable}" -I -S "{CLIENT}" "$@"\n')
             os.chmod(client, 0o755)
+            # `torchrun` for shell blocks: its agent starts here too (pagerun/_client.py)
+            agents = os.path.join(folder, "bin")
+            os.mkdir(agents)
+            shim = os.path.join(agents, "torchrun")
+            with open(shim, "w") as f:
+                f.write(f'#!/bin/sh\nexec "{sys.executable}" -I -S "{CLIENT}" --torchrun '
+                        f'"$0" "$@"\n')
+            os.chmod(shim, 0o755)
             proc = subprocess.Popen(
                 [sys.executable, "-m", "pagerun.warmpool", path],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
             if proc.stdout.readline().strip() != b"ready":
                 raise RuntimeError("pagerun.warmpool: the fork server did not start")
-            _SERVER = (proc, path, client)  # its stdin stays open as long as this process lives
+            # its stdin stays open as long as this process lives
+            _SERVER = (proc, path, client, agents)
         return _SERVER[1]
 
 
 def worker_exec() -> str:
     address()
     return _SERVER[2]
+
+
+def agent_dir() -> str:
+    """A folder whose ``torchrun`` starts torchrun's agent through the server (first on a shell
+    block's PATH): the shell sees one process that acts as the agent (``$!``, signals, exit
+    status), and the agent skips ``import torch``. Settings of ``IMPORT_TIME_ENV``, no server or
+    another environment's torchrun: the real torchrun, exec'd."""
+    address()
+    return _SERVER[3]
 
 
 def worker_env(env: dict) -> dict:

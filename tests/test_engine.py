@@ -50,7 +50,8 @@ def _sample() -> list[pages.Block]:
 
 def pagerun_background():
     """The shell runs to compare with start with the page blocks."""
-    return [(f"shell:{b.code}", runner.run, (b, False)) for b in _sample()]
+    return ([(f"shell:{b.code}", runner.run, (b, False)) for b in _sample()]
+            + [(f"cold:{b.code}", runner.run, (b, False)) for b in _shell_torchrun_blocks()])
 
 
 @pytest.mark.parametrize("block", _sample(), ids=lambda b: b.code.strip()[:50])
@@ -286,3 +287,94 @@ def test_a_warning_a_page_is_about_is_still_compared():
     deprecated = ("/x/site-packages/torch/nn/parallel/distributed.py:512: FutureWarning: "
                   "`broadcast_buffers` is deprecated\n  warnings.warn(\n")
     assert recordings.normalise(deprecated).count("FutureWarning") == 1
+
+
+# --------------------------------------------------------------------------------------------
+# torchrun in a shell block (pipes, `&`, `kill $pid`): its agent starts warm too
+
+AGENT_PROBE = '''import os, sys, time
+rank = os.environ["RANK"]
+if rank == "0":  # the agent is the parent of a worker's client (pagerun/_client.py)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+            if (any(a.endswith(b"_client.py") for a in cmd) and b"--torchrun" not in cmd
+                    and __file__.encode() in cmd):  # not the shim: `_client.py --torchrun`
+                agent = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
+                warm = b"pagerun.warmpool" in open(f"/proc/{agent}/cmdline", "rb").read()
+                print("agent warm:", warm, "torch imported:", "torch" in sys.modules)
+                open(os.path.join(sys.argv[1], "agent"), "w").write(agent)
+                break
+        except OSError:
+            pass
+open(os.path.join(sys.argv[1], "worker" + rank), "w").write(str(os.getpid()))
+time.sleep(60)
+'''
+
+
+def _shell_torchrun_blocks() -> list[pages.Block]:
+    """Page blocks run by bash whose `torchrun` agents start through the shim."""
+    blocks = {b.code: b for b in pages.all_blocks("en")
+              if runner.warm_commands(b) is None and b.syntax in ("bash", "sh")
+              and "torchrun" in b.code and runner.unmet(b.marks) is None}
+    # the cheapest with a pipe and `set -o pipefail` (the agent's status through grep)
+    return [b for b in blocks.values() if "pipefail" in b.code and "preempt" in b.code][:1]
+
+
+@pytest.mark.parametrize("sig", ["TERM", "KILL"])
+def test_a_shell_blocks_torchrun_agent_is_warm_and_dies_with_its_pid(tmp_path, sig):
+    """`torchrun ... & pid=$!; kill $pid`: $! is the shim (pagerun/_client.py --torchrun), the
+    agent runs in the fork server, and killing the shim ends the agent and its workers."""
+    import os
+    import time
+
+    prog = tmp_path / "probe.py"
+    prog.write_text(AGENT_PROBE)
+    block = _block(f"OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 {prog} "
+                   f"{tmp_path} & pid=$!\n"
+                   f"while [ ! -e {tmp_path}/agent ] || [ ! -e {tmp_path}/worker1 ]; do "
+                   f"sleep 0.1; done\n"
+                   f"kill -{sig} $pid; wait $pid; echo status $?\n")
+    block.marks = ["pytest.mark.run_timeout(60)"]
+    assert runner.warm_commands(block) is None
+    res = runner.run(block)
+    assert not res.timed_out, res.output
+    assert "agent warm: True torch imported: True" in res.output, res.output
+    status = int(res.output.rsplit("status ", 1)[1].split()[0])
+    assert status == 137 if sig == "KILL" else status != 0, res.output
+    pids = [int((tmp_path / f).read_text()) for f in ("agent", "worker0", "worker1")]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if os.path.exists(f"/proc/{p}")
+                 and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+        if not alive:
+            break
+        time.sleep(0.2)
+    assert not alive, f"left running after kill -{sig} $pid: {alive}"
+
+
+def test_docs_warm_0_runs_the_real_torchrun(monkeypatch):
+    block = _block("command -v torchrun  # no agent is started\n")
+    assert runner.run(block).output.strip() == f"{warmpool.agent_dir()}/torchrun"
+    monkeypatch.setenv("DOCS_WARM", "0")
+    assert runner.run(block).output.strip() == str(Path(sys.executable).parent / "torchrun")
+
+
+def test_a_cold_agent_with_import_time_settings(tmp_path):
+    """TORCH_LOGS and the like (pagerun/_warm.py), or a torchrun of another environment: the
+    shim execs the real torchrun (here a stand-in that says whether torch was imported)."""
+    fake = tmp_path / "torchrun"
+    fake.write_text(f"#!{sys.executable}\nimport sys\n"
+                    "print('torch' in sys.modules, sys.argv[1:])\n")
+    fake.chmod(0o755)
+    res = runner.run(_block(f'PATH="${{PATH%%:*}}:{tmp_path}:${{PATH#*:}}"\n'
+                            "torchrun --x\nTORCH_LOGS=recompiles torchrun --y\n"))
+    assert res.output.splitlines() == ["True ['--x']", "False ['--y']"], res.output
+
+
+@pytest.mark.parametrize("block", _shell_torchrun_blocks(), ids=lambda b: b.page_rel)
+def test_a_shell_block_with_warm_agents_prints_what_a_cold_run_prints(block):
+    warm = runner.run_cached(block)
+    cold = runner.result(f"cold:{block.code}", runner.run, block, False)
+    assert warm.exit == cold.exit == block.exit
+    assert recordings.normalise(warm.output) == recordings.normalise(cold.output)
