@@ -30,8 +30,10 @@ Three clients:
 
 from __future__ import annotations
 
+import atexit
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -208,6 +210,7 @@ def address() -> str:
     with _LOCK:
         if _SERVER is None or _SERVER[0].poll() is not None:
             folder = tempfile.mkdtemp(prefix="pagerun-")
+            atexit.register(shutil.rmtree, folder, True)  # with the session, as the server
             path = os.path.join(folder, "fork.sock")
             # what torchrun's agent execs (and names as the "binary" in its failure report)
             client = os.path.join(folder, "python")
