@@ -86,7 +86,8 @@ outer = [k for k in ("embed", "head") if getattr(model, k) is not None]
 parallelize_module(model, mesh["tp"], {k: PLAN[k] for k in outer})
 fully_shard(model, mesh=mesh["dp"])  # the root: embedding, final norm, head
 names, P = [*model.layers], sum(w.numel() for w in model.parameters())
-print(f"Llama 2 {a.model.upper()}, {world} ranks = pp {a.pp} × dp {a.dp} × tp {a.tp}; "
+print(f"Llama 2 {a.model.upper()}, {world} ranks = "
+      f"pp {a.pp} × dp {a.dp} × tp {a.tp}; "
       f"rank {a.rank} = (pp {pp}, dp {dp}, tp {tp})\nits stage: {P:,} parameters in "
       f"layers {names[0]}-{names[-1]}{''.join(', ' + k for k in outer)}\n"
       f"layers.{names[0]}")
