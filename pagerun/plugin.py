@@ -92,11 +92,26 @@ def pytest_collection_finish(session):
 
 
 def pytest_collection_modifyitems(config, items):
-    """needs_cuda / needs_2_gpus: skip where the hardware is missing, with the reason shown."""
+    """needs_cuda / needs_2_gpus: skip where the hardware is missing, with the reason shown.
+
+    And an order that keeps both cores busy: the blocks and the site build run in the background
+    from the start, so the tests that need neither go first, then the modules that wait for the
+    build (``pagerun_background``, or ``pagerun_after_build = True``), then the blocks' checks
+    (which wait for their runs: the page blocks and test_snippet_runs). Within each group the
+    order is the collected one."""
     for item in items:
         reason = runner.unmet([f"pytest.mark.{m.name}" for m in item.iter_markers()])
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+    def group(item) -> int:
+        if isinstance(item, BlockItem) or getattr(item, "originalname", "") == "test_snippet_runs":
+            return 2
+        module = getattr(item, "module", None)
+        return int(hasattr(module, "pagerun_background")
+                   or getattr(module, "pagerun_after_build", False))
+
+    items.sort(key=group)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -159,7 +174,12 @@ def pytest_unconfigure(config):
     if path:
         import json
 
-        rows = [{"command": code.strip(), "seconds": round(res.seconds, 2), "how": res.how}
+        from pagerun import warmpool
+
+        served = warmpool.cpu_seconds()  # what each block started through the fork server
+        rows = [{"command": code.strip(), "seconds": round(res.seconds, 2), "how": res.how,
+                 "cpu": round(res.cpu + served.get(runner.tag(code), 0.0), 2),
+                 "ended": round(res.ended - runner.STARTED, 1)}
                 for (_syntax, code), res in runner.finished().items()]
         with open(path, "w", encoding="utf-8") as f:
             json.dump(sorted(rows, key=lambda r: -r["seconds"]), f, indent=1)

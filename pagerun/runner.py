@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pagerun import recordings
@@ -64,6 +64,26 @@ class Result:
     seconds: float
     timed_out: bool = False
     how: str = "shell"  # "shell" or "warm"
+    ended: float = field(default_factory=time.monotonic)  # when, for DOCS_TIMINGS' timeline
+    cpu: float = 0.0  # CPU seconds of the block's shell and what it waited for (DOCS_TIMINGS)
+
+
+def tag(code: str) -> str:
+    """What DOCS_TIMINGS puts in a block's environment as ``PAGERUN_BLOCK``: the fork server adds
+    up the CPU seconds of the processes each block started through it by this name."""
+    return hashlib.sha256(code.encode()).hexdigest()[:12]
+
+
+class _Popen(subprocess.Popen):
+    """Popen that keeps the child's resource usage (``os.wait4``) when it reaps it."""
+    usage = None
+
+    def _try_wait(self, wait_flags):
+        try:
+            pid, status, self.usage = os.wait4(self.pid, wait_flags)
+        except ChildProcessError:
+            pid, status = self.pid, 0
+        return pid, status
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,10 +150,11 @@ def warm_commands(block: Block) -> list[tuple[dict, list[str]]] | None:
 def run(block: Block, warm: bool = True) -> Result:
     start = time.monotonic()
     cmds = warm_commands(block) if warm else None
+    timings = {"PAGERUN_BLOCK": tag(block.code)} if os.environ.get("DOCS_TIMINGS") else {}
     if cmds:
         from pagerun import warmpool
 
-        base = env()
+        base = dict(env(), **timings)
         out, code, timed_out = [], 0, False
         for assigns, argv in cmds:  # like bash -c: every line runs; the last one's status counts
             left = block.timeout - (time.monotonic() - start)
@@ -150,7 +171,7 @@ def run(block: Block, warm: bool = True) -> Result:
         argv = [sys.executable, "-c", block.code]
     else:
         argv = ["bash" if block.syntax == "bash" else "sh", "-c", block.code]
-    e = env()
+    e = dict(env(), **timings)
     if warm and os.environ.get("DOCS_WARM", "1") != "0" and "torchrun" in block.code:
         from pagerun import warmpool
 
@@ -159,9 +180,8 @@ def run(block: Block, warm: bool = True) -> Result:
             # and its agents: `torchrun` is the server's client (not on hosts of their own:
             # the server is in this machine's network namespace)
             e["PATH"] = os.pathsep.join([warmpool.agent_dir(), e["PATH"]])
-    proc = subprocess.Popen(argv, cwd=ROOT, env=e, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = _Popen(argv, cwd=ROOT, env=e, stdout=subprocess.PIPE,
+                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     timed_out = False
     try:
         out, _ = proc.communicate(timeout=block.timeout)
@@ -171,8 +191,9 @@ def run(block: Block, warm: bool = True) -> Result:
         out, _ = proc.communicate()
     finally:
         kill_group(proc.pid)  # whatever the block started (torchrun workers...) goes too
+    cpu = proc.usage.ru_utime + proc.usage.ru_stime if proc.usage else 0.0
     return Result(proc.returncode, out.decode("utf-8", "replace"), time.monotonic() - start,
-                  timed_out)
+                  timed_out, cpu=cpu)
 
 
 def kill_group(pgid: int) -> None:
@@ -257,6 +278,8 @@ def unmet(marks: list[str]) -> str | None:
 
 # --------------------------------------------------------------------------------------------
 # running each command once per session, in the background
+
+STARTED = time.monotonic()  # the session's start (import time), for DOCS_TIMINGS
 
 _CACHE: dict[tuple[str, str], Result | Future] = {}
 _POOL: ThreadPoolExecutor | None = None

@@ -1,6 +1,6 @@
 """Start ``python snippets/PROGRAM.py ARGS`` as a child of an interpreter that has imported torch.
 
-A fork server (``python -m pagerun.warmpool SOCKET``, one per test session) imports
+A fork server (``python pagerun/warmpool.py SOCKET``, one per test session) imports
 ``pagerun._warm`` (torch and friends, never CUDA) and then, for every request, forks a child that
 looks like a fresh ``python PROGRAM ARGS``:
 
@@ -31,6 +31,7 @@ Three clients:
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import select
 import shutil
@@ -56,7 +57,9 @@ CLIENT = Path(__file__).with_name("_client.py")
 # the server
 
 def serve(path: str) -> None:
-    base_path = sys.path[1:]  # a fresh interpreter's, after the script's folder
+    # a fresh interpreter's, after the script's folder (without the checkout that address()
+    # put on PYTHONPATH for this server's own imports)
+    base_path = [p for p in sys.path[1:] if p != os.environ.get("PAGERUN_CHECKOUT")]
     import pagerun._warm  # noqa: F401
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -68,6 +71,10 @@ def serve(path: str) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     conns: dict[int, tuple[socket.socket, int]] = {}  # fileno -> (connection, child pid)
     pids: dict[int, socket.socket | None] = {}  # child pid -> its connection, if still open
+    # DOCS_TIMINGS: CPU seconds of the children, by the block that asked (PAGERUN_BLOCK)
+    tags: dict[int, str] = {}
+    cpu: dict[str, float] = {}
+    cpu_file = os.environ.get("PAGERUN_CPU_FILE")
     print("ready", flush=True)
     while True:
         watch = [listener, wake_r, 0, *(c for c, _ in conns.values())]
@@ -83,11 +90,17 @@ def serve(path: str) -> None:
             os.read(wake_r, 1 << 12)
         while pids:  # report every child that ended
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
+            tag = tags.pop(pid, None)
+            if cpu_file and tag:
+                cpu[tag] = cpu.get(tag, 0.0) + usage.ru_utime + usage.ru_stime
+                with open(cpu_file + ".tmp", "w") as f:
+                    json.dump(cpu, f)
+                os.replace(cpu_file + ".tmp", cpu_file)
             conn = pids.pop(pid, None)
             if conn is not None:
                 conns.pop(conn.fileno(), None)
@@ -133,6 +146,7 @@ def serve(path: str) -> None:
             for fd in fds:
                 os.close(fd)
             conn.sendall(struct.pack("!i", pid))
+            tags[pid] = req["env"].get("PAGERUN_BLOCK", "")
             conns[conn.fileno()] = (conn, pid)
             pids[pid] = conn
 
@@ -147,9 +161,10 @@ def _killpg(pid: int) -> None:
 def _program(argv: list[str], env: dict, cwd: str, base_path: list[str]) -> None:
     """In the forked child: become ``python argv...`` and never return."""
     import atexit
+    import builtins
     import io
-    import runpy
     import traceback
+    import types
 
     os.setsid()
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
@@ -174,8 +189,14 @@ def _program(argv: list[str], env: dict, cwd: str, base_path: list[str]) -> None
         script = os.path.abspath(argv[0])
         sys.argv = list(argv)
         sys.path[:] = [os.path.dirname(script), *base_path]
+        with io.open_code(script) as f:  # as runpy.run_path would, without its frames: the
+            program = compile(f.read(), script, "exec")  # stack is a fresh interpreter's
+        main = types.ModuleType("__main__")  # (inspect.stack() walks every module for a
+        main.__dict__.update(__file__=script, __cached__=None, __loader__=None,
+                             __package__=None, __spec__=None, __builtins__=builtins)
+        sys.modules["__main__"] = main  # frame whose file is not there: torchrun calls it)
         code = 0
-        runpy.run_path(script, run_name="__main__")
+        exec(program, main.__dict__)
     except SystemExit as e:
         if e.code is None:
             code = 0
@@ -225,14 +246,30 @@ def address() -> str:
                 f.write(f'#!/bin/sh\nexec "{sys.executable}" -I -S "{CLIENT}" --torchrun '
                         f'"$0" "$@"\n')
             os.chmod(shim, 0o755)
+            # a script, not -m: no runpy frames under the children's stack (inspect.stack(),
+            # which torchrun's agent calls, walks every module for a frame whose file is not
+            # there: a second of CPU per agent); the checkout on its path, as -m would put it
+            checkout = str(Path(__file__).resolve().parent.parent)
+            python_path = os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))
             proc = subprocess.Popen(
-                [sys.executable, "-m", "pagerun.warmpool", path],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+                [sys.executable, __file__, path],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+                env=dict(os.environ, PYTHONPATH=python_path, PAGERUN_CHECKOUT=checkout,
+                         PAGERUN_CPU_FILE=os.path.join(folder, "cpu.json")))
             if proc.stdout.readline().strip() != b"ready":
                 raise RuntimeError("pagerun.warmpool: the fork server did not start")
             # its stdin stays open as long as this process lives
             _SERVER = (proc, path, client, agents)
         return _SERVER[1]
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds of the server's children that have ended, by their ``PAGERUN_BLOCK``."""
+    try:
+        with open(os.path.join(os.path.dirname(_SERVER[1]), "cpu.json")) as f:
+            return json.load(f)
+    except (TypeError, OSError, ValueError):
+        return {}
 
 
 def worker_exec() -> str:

@@ -39,7 +39,8 @@ def _sample() -> list[pages.Block]:
     """Warm-capable page blocks: one with arguments, one that exits non-zero, one with CUDA_*,
     a torchrun command, and a program that starts processes itself (the cheapest of each)."""
     warm = {b.code: b for b in pages.all_blocks("en") if runner.warm_commands(b)}.values()
-    picks = [next((b for b in warm if " --" in b.code and b.exit == 0), None),
+    picks = [next((b for b in warm if " --" in b.code and b.exit == 0
+                   and "torchrun" not in b.code), None),  # torchrun: the hello pick
              next((b for b in warm if b.exit != 0 and "hang" not in b.code), None),
              next((b for b in warm if "CUDA_VISIBLE_DEVICES" in b.code), None),
              next((b for b in warm if "snippets/dp/" in b.code), None),
@@ -301,7 +302,7 @@ if rank == "0":  # the agent is the parent of a worker's client (pagerun/_client
             if (any(a.endswith(b"_client.py") for a in cmd) and b"--torchrun" not in cmd
                     and __file__.encode() in cmd):  # not the shim: `_client.py --torchrun`
                 agent = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
-                warm = b"pagerun.warmpool" in open(f"/proc/{agent}/cmdline", "rb").read()
+                warm = b"pagerun/warmpool.py" in open(f"/proc/{agent}/cmdline", "rb").read()
                 print("agent warm:", warm, "torch imported:", "torch" in sys.modules)
                 open(os.path.join(sys.argv[1], "agent"), "w").write(agent)
                 break
