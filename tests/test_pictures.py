@@ -16,6 +16,10 @@ import pytest
 from pagerun import pages, pictures
 from pagerun.recordings import OUTPUTS
 
+# after the suite's site build (pagerun.plugin orders it so), which drew every picture into the
+# cache that pictures.cached() reads: not drawn a second time beside the blocks
+pagerun_after_build = True
+
 # per picture: (which of its recordings, a text in it, what it becomes, what the SVG must then
 # hold). Each change is a value a reader would read off the picture.
 CHANGES = {

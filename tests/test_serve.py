@@ -14,7 +14,8 @@ import urllib.request
 
 import pytest
 
-from pagerun import pages
+import sitebuild
+from pagerun import pages, runner
 
 PAGES = {"/": "PyTorch", "/zh/": "PyTorch", "/ddp/": "DistributedDataParallel",
          "/zh/ddp/": "DistributedDataParallel"}
@@ -26,8 +27,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
-def test_make_serve_serves_both_languages():
+def _serve() -> tuple[dict, str | None]:
+    """Run README's `make serve` until it has answered for every page of PAGES, then stop it:
+    (the pages it served, or why it did not)."""
+    # after the suite's own build: `make serve` then finds the pictures that build drew in
+    # .cache/pictures instead of drawing them a second time beside the blocks
+    sitebuild.built()
     port = _free_port()
     # README's command, with the interpreter running the tests and a free port
     proc = subprocess.Popen(["make", "serve", f"PYTHON={sys.executable}", f"PORT={port}"],
@@ -45,11 +50,11 @@ def test_make_serve_serves_both_languages():
                 except (urllib.error.URLError, ConnectionError, TimeoutError):
                     if proc.poll() is not None:
                         log = proc.stdout.read().decode()
-                        pytest.fail(f"make serve exited with status {proc.returncode}:\n"
-                                    + "\n".join(l for l in log.splitlines()
-                                                 if not l.startswith(("INFO", "  - "))),
-                                    pytrace=False)
-                    assert time.monotonic() < deadline, "make serve did not answer in 120 s"
+                        return got, (f"make serve exited with status {proc.returncode}:\n"
+                                     + "\n".join(l for l in log.splitlines()
+                                                 if not l.startswith(("INFO", "  - "))))
+                    if time.monotonic() > deadline:
+                        return got, "make serve did not answer in 120 s"
                     time.sleep(0.5)
     finally:
         for sig in (signal.SIGTERM, signal.SIGKILL):  # make and mkdocs: the group, by its pid
@@ -61,6 +66,19 @@ def test_make_serve_serves_both_languages():
                 break
             except subprocess.TimeoutExpired:
                 continue
+    return got, None
+
+
+def pagerun_background():
+    """`make serve` runs in the background, beside the blocks, once the site build is done."""
+    return [("make-serve", _serve, ())] if shutil.which("make") else []
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_serve_serves_both_languages():
+    got, failure = runner.result("make-serve", _serve)
+    if failure:
+        pytest.fail(failure, pytrace=False)
     for path, text in PAGES.items():
         status, body = got[path]
         assert status == 200 and text in body, path

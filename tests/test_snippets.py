@@ -4,7 +4,6 @@ command that appears more than once runs once per session.)"""
 
 from __future__ import annotations
 
-import functools
 import json
 import subprocess
 import sys
@@ -75,11 +74,21 @@ print(json.dumps(out))
 """
 
 
-@functools.cache
-def _refusals() -> dict:
+def _run_refusals() -> dict:
     proc = subprocess.run([sys.executable, "-c", _REFUSE, *GPU_ONLY], cwd=pages.ROOT,
                           capture_output=True, text=True, timeout=300)
     return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _refusals() -> dict:
+    return runner.result("gpu-only-refusals", _run_refusals)
+
+
+def pagerun_background():
+    """Without the GPUs, the GPU-only programs' run starts with the blocks (one interpreter)."""
+    needed = any(runner.unmet([b for b in ALL_BLOCKS if p in b.snippets][0].marks)
+                 for p in GPU_ONLY)
+    return [("gpu-only-refusals", _run_refusals, ())] if needed else []
 
 
 @pytest.mark.parametrize("path", GPU_ONLY)
