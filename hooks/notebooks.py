@@ -87,6 +87,21 @@ try:  # mkdocs-jupyter builds a new nbconvert exporter, templates and all, for e
 
     if not getattr(_html.BeautifulSoup, "real", None):
         _html.BeautifulSoup = _TextSoup
+
+    # Pygments, once per code cell for both languages (their notebooks show the same code)
+    def _memo_highlight(fn):
+        done = {}
+
+        def highlight(source, formatter, language, metadata):
+            key = (source, formatter.cssclass, language, repr(metadata))
+            if key not in done:
+                done[key] = fn(source, formatter, language, metadata)
+            return done[key]
+        highlight._memo = True
+        return highlight
+
+    if not getattr(_nbc._pygments_highlight, "_memo", False):
+        _nbc._pygments_highlight = _memo_highlight(_nbc._pygments_highlight)
 except ImportError:  # pragma: no cover - mkdocs-jupyter is a dependency
     pass
 

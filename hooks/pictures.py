@@ -4,16 +4,39 @@
 
 They are generated files: nothing is written into ``docs/``. A picture is drawn again when its
 recordings or ``pagerun/pictures.py`` change; ``.cache/pictures/`` (gitignored) keeps the last
-drawing of each, so a build that finds it unchanged does not import matplotlib. A picture
-drawn from a GPU recording sits in ``<!-- picture: NAME -->`` … ``<!-- /picture -->`` on its
-page: without that recording the block becomes one sentence saying a GPU run draws it.
+drawing of each, so a build that finds it unchanged does not import matplotlib. What is missing
+there is drawn by a process of its own (``python -m pagerun.pictures``), started when the first
+language's files are listed and awaited before the files are copied (``on_env``): it draws on
+the second core while this one renders the pages. A picture drawn from a GPU recording sits in
+``<!-- picture: NAME -->`` … ``<!-- /picture -->`` on its page: without that recording the block
+becomes one sentence saying a GPU run draws it.
 """
 
+import subprocess
+import sys
+
+from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
 from pagerun import pictures
 from pagerun.pictures import on_page_markdown  # noqa: F401  (a GPU picture before a GPU run)
+
+_drawing: subprocess.Popen | None = None
+
+
+def _draw_missing() -> None:
+    """Start drawing every picture, in every language, that the cache lacks (once at a time)."""
+    global _drawing
+    if _drawing is not None and _drawing.poll() is None:
+        return
+    missing = [f"{name}:{lang}" for name in pictures.PICTURES if pictures.available(name)
+               for lang in pictures.WORDS
+               if not pictures.cache_path(name, lang, "-dark").exists()]
+    if missing:
+        _drawing = subprocess.Popen([sys.executable, "-m", "pagerun.pictures", *missing],
+                                    cwd=pictures.ROOT, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 @event_priority(-200)  # after mkdocs-static-i18n (-100), which rebuilds every file object
@@ -21,13 +44,27 @@ def on_files(files: Files, config) -> Files:
     i18n = config.plugins.get("i18n")
     lang = getattr(i18n, "current_language", None) or "en"
     default = getattr(i18n, "default_language", None) or "en"
+    _draw_missing()
     for name in pictures.PICTURES:
         if not pictures.available(name):  # a GPU picture before any GPU run: no file
             continue
-        svg = pictures.cached(name, lang)
-        for suffix, text in (("", svg), ("-dark", pictures.dark(svg))):
-            f = File.generated(config, f"{lang}/pictures/{name}{suffix}.svg", content=text)
+        for suffix in ("", "-dark"):  # read when the files are copied, after on_env
+            f = File.generated(config, f"{lang}/pictures/{name}{suffix}.svg",
+                               abs_src_path=str(pictures.cache_path(name, lang, suffix)))
             if lang == default:  # the default language is served from the root
                 f.dest_uri = f"pictures/{name}{suffix}.svg"
             files.append(f)
     return files
+
+
+def on_env(env, config, files):
+    """The pictures are drawn before the files are copied."""
+    global _drawing
+    if _drawing is not None:
+        out, _ = _drawing.communicate()
+        status, _drawing = _drawing.returncode, None
+        if status:
+            raise PluginError("drawing the pictures from their recordings failed "
+                              f"(python -m pagerun.pictures, status {status}):\n"
+                              + out.decode("utf-8", "replace")[-3000:])
+    return env

@@ -17,6 +17,7 @@ executes the notebooks with nbclient.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -97,10 +98,18 @@ def program_code(path: str) -> str:
     return "\n".join(l for l in lines if not SECTION.match(l)).strip("\n") + "\n"
 
 
-def build(chapter: str, lang: str, blocks: list[pages.Block] | None = None) -> dict:
-    """The chapter's notebook; ``blocks``: ``pages.all_blocks(lang)``, when the caller has them."""
+@functools.lru_cache(maxsize=None)
+def _blocks(lang: str) -> list[tuple[pages.Block, list[str]]]:
+    """For callers that build chapter after chapter in one process (the tests)."""
+    return [(b, b.snippets) for b in pages.all_blocks(lang)]
+
+
+def build(chapter: str, lang: str, blocks: list[tuple[pages.Block, list[str]]] | None = None
+          ) -> dict:
+    """The chapter's notebook; ``blocks``: each of ``pages.all_blocks(lang)`` with its
+    ``snippets`` (read once per build, not once per chapter), when the caller has them."""
     t = TEXT[lang]
-    blocks = pages.all_blocks(lang) if blocks is None else blocks
+    blocks = _blocks(lang) if blocks is None else blocks
     page = _chapter_page(chapter, lang)
     title = _title(chapter, lang)
     link = f"../../{chapter}/" if page else "../../"  # the rendered page is <lang>/notebooks/<chapter>/
@@ -110,12 +119,13 @@ def build(chapter: str, lang: str, blocks: list[pages.Block] | None = None) -> d
     # programs in the order the pages first run them, then any others
     files = sorted((ROOT / "snippets" / chapter).glob("*.py"))
     rel = [f.relative_to(ROOT).as_posix() for f in files]
-    first = {}
-    for i, b in enumerate(blocks):
-        for s in b.snippets:
+    first, runs_of = {}, {}  # each block's snippets read once (every block, every chapter)
+    for i, (b, snippets) in enumerate(blocks):
+        for s in snippets:
             first.setdefault(s, i)
+            runs_of.setdefault(s, {}).setdefault(b.code, b)
     for path in sorted(rel, key=lambda s: (first.get(s, len(blocks)), s)):
-        runs = list({b.code: b for b in blocks if path in b.snippets}.values())
+        runs = list(runs_of.get(path, {}).values())
         # blocks on hosts of their own need root and tests/hosts.py: not a notebook's to run
         runs = [b for b in runs if not any(m.startswith(("pytest.mark.needs_root_netns",
                                                           "pytest.mark.needs_slurm"))
@@ -149,7 +159,8 @@ def target(chapter: str, lang: str) -> Path:
 def write_all() -> list[Path]:
     written = []
     for lang in pages.LANGS:
-        blocks = pages.all_blocks(lang)  # once per language, not once per chapter
+        # once per language, not once per chapter
+        blocks = [(b, b.snippets) for b in pages.all_blocks(lang)]
         for chapter in chapters():
             path = target(chapter, lang)
             text = json.dumps(build(chapter, lang, blocks), ensure_ascii=False, indent=1) + "\n"

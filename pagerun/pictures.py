@@ -733,17 +733,34 @@ def available(name: str) -> bool:
     return all((OUTPUTS / s).exists() for s in PICTURES[name].sources)
 
 
-def cached(name: str, lang: str) -> str:
-    """``render``, kept in ``.cache/pictures`` under a hash of the recordings and this file."""
+def cache_path(name: str, lang: str, scheme: str = "") -> Path:
+    """Where ``.cache/pictures`` keeps a picture: named by a hash of its recordings and of this
+    file (``scheme``: ``""`` for the light picture, ``"-dark"`` for the dark one)."""
     h = hashlib.sha256(_CODE.encode())
     for s in PICTURES[name].sources:
         h.update((OUTPUTS / s).read_bytes())
-    path = CACHE / f"{name}-{lang}-{h.hexdigest()[:16]}.svg"
-    if path.exists():
+    return CACHE / f"{name}-{lang}-{h.hexdigest()[:16]}{scheme}.svg"
+
+
+def cached(name: str, lang: str) -> str:
+    """``render``, kept in ``.cache/pictures`` (light and dark) unless it is there already."""
+    path = cache_path(name, lang)
+    if path.exists() and path.with_name(path.stem + "-dark.svg").exists():
         return path.read_text(encoding="utf-8")
     svg = render(name, lang)
     CACHE.mkdir(parents=True, exist_ok=True)
-    for old in CACHE.glob(f"{name}-{lang}-*.svg"):
-        old.unlink()
-    path.write_text(svg, encoding="utf-8")
+    both = (path, path.with_name(path.stem + "-dark.svg"))
+    for old in set(CACHE.glob(f"{name}-{lang}-*.svg")) - set(both):  # older recordings'
+        old.unlink(missing_ok=True)
+    for target, text in zip(both, (svg, dark(svg))):
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)  # a build reading the cache sees a whole picture or none
     return svg
+
+
+if __name__ == "__main__":  # python -m pagerun.pictures NAME:LANG ...: draw into the cache
+    import sys
+
+    for pair in sys.argv[1:]:
+        cached(*pair.split(":"))
