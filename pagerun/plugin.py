@@ -73,7 +73,10 @@ class BlockItem(pytest.Item):
 
 def pytest_collection_finish(session):
     """Run the selected blocks in the background, DOCS_JOBS at a time (default: three times the number
-    of cores: many blocks spend seconds waiting on timeouts, rendezvous and restarts)."""
+    of cores: many blocks spend seconds waiting on timeouts, rendezvous and restarts). Not for
+    ``--collect-only``, which runs nothing."""
+    if session.config.option.collectonly:
+        return
     blocks, every = [], None
     for item in session.items:
         if isinstance(item, BlockItem):
