@@ -98,10 +98,12 @@ def program_code(path: str) -> str:
     return "\n".join(l for l in lines if not SECTION.match(l)).strip("\n") + "\n"
 
 
-@functools.lru_cache(maxsize=None)
 def _blocks(lang: str) -> list[tuple[pages.Block, list[str]]]:
-    """For callers that build chapter after chapter in one process (the tests)."""
+    """Every block of the language's pages with its snippets, read once for all chapters."""
     return [(b, b.snippets) for b in pages.all_blocks(lang)]
+
+
+_blocks_once = functools.lru_cache(maxsize=None)(_blocks)  # for the tests: one process, many calls
 
 
 def build(chapter: str, lang: str, blocks: list[tuple[pages.Block, list[str]]] | None = None
@@ -109,7 +111,7 @@ def build(chapter: str, lang: str, blocks: list[tuple[pages.Block, list[str]]] |
     """The chapter's notebook; ``blocks``: each of ``pages.all_blocks(lang)`` with its
     ``snippets`` (read once per build, not once per chapter), when the caller has them."""
     t = TEXT[lang]
-    blocks = _blocks(lang) if blocks is None else blocks
+    blocks = _blocks_once(lang) if blocks is None else blocks
     page = _chapter_page(chapter, lang)
     title = _title(chapter, lang)
     link = f"../../{chapter}/" if page else "../../"  # the rendered page is <lang>/notebooks/<chapter>/
@@ -159,8 +161,7 @@ def target(chapter: str, lang: str) -> Path:
 def write_all() -> list[Path]:
     written = []
     for lang in pages.LANGS:
-        # once per language, not once per chapter
-        blocks = [(b, b.snippets) for b in pages.all_blocks(lang)]
+        blocks = _blocks(lang)  # read afresh for each build (mkdocs serve), once per language
         for chapter in chapters():
             path = target(chapter, lang)
             text = json.dumps(build(chapter, lang, blocks), ensure_ascii=False, indent=1) + "\n"

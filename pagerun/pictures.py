@@ -745,11 +745,11 @@ def cache_path(name: str, lang: str, scheme: str = "") -> Path:
 def cached(name: str, lang: str) -> str:
     """``render``, kept in ``.cache/pictures`` (light and dark) unless it is there already."""
     path = cache_path(name, lang)
-    if path.exists() and path.with_name(path.stem + "-dark.svg").exists():
+    both = (path, path.with_name(path.stem + "-dark.svg"))  # cache_path(name, lang, "-dark")
+    if all(p.exists() for p in both):
         return path.read_text(encoding="utf-8")
     svg = render(name, lang)
     CACHE.mkdir(parents=True, exist_ok=True)
-    both = (path, path.with_name(path.stem + "-dark.svg"))
     for old in set(CACHE.glob(f"{name}-{lang}-*.svg")) - set(both):  # older recordings'
         old.unlink(missing_ok=True)
     for target, text in zip(both, (svg, dark(svg))):
