@@ -147,7 +147,9 @@ def warm_commands(block: Block) -> list[tuple[dict, list[str]]] | None:
     return cmds or None
 
 
-def run(block: Block, warm: bool = True) -> Result:
+def run(block: Block, warm: bool = True, warm_agents: bool = True) -> Result:
+    """Run a block: warm (through the fork server, what can be) or as a plain shell would.
+    ``warm_agents=False``: a shell block's ``torchrun`` is the real one (its workers still warm)."""
     start = time.monotonic()
     cmds = warm_commands(block) if warm else None
     timings = {"PAGERUN_BLOCK": tag(block.code)} if os.environ.get("DOCS_TIMINGS") else {}
@@ -176,7 +178,7 @@ def run(block: Block, warm: bool = True) -> Result:
         from pagerun import warmpool
 
         e = warmpool.worker_env(e)  # torchrun's workers start warm (its PYTHON_EXEC)
-        if not any(m.startswith(_OWN_HOSTS) for m in block.marks):
+        if warm_agents and not any(m.startswith(_OWN_HOSTS) for m in block.marks):
             # and its agents: `torchrun` is the server's client (not on hosts of their own:
             # the server is in this machine's network namespace)
             e["PATH"] = os.pathsep.join([warmpool.agent_dir(), e["PATH"]])
