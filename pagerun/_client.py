@@ -22,15 +22,22 @@ import struct
 import sys
 
 
-IMPORT_TIME_ENV = ("TORCH_LOGS", "TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE_")  # _warm's
+IMPORT_TIME_ENV = ("TORCH_LOGS", "TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE_",
+                   "TORCH_CPP_LOG_LEVEL")  # _warm's
 
 
 # --------------------------------------------------------------------------------------------
-# protocol: a request is a 4-byte length and JSON {argv, env, cwd}, with three file descriptors
-# (stdin, stdout, stderr) on its first byte; answers are 4-byte signed integers: pid, then status
+# protocol: a request is a 4-byte length and JSON {argv, env, cwd, fd_numbers}, with its file
+# descriptors on its first byte (stdin, stdout, stderr, then any others), each to become the
+# number of the same place in fd_numbers in the child; answers are 4-byte signed integers: pid,
+# then status
 
-def send_request(sock: socket.socket, argv, env, cwd, fds) -> int:
-    data = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)}).encode()
+MAX_FDS = 64
+
+
+def send_request(sock: socket.socket, argv, env, cwd, fds, numbers=(0, 1, 2)) -> int:
+    data = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd),
+                       "fd_numbers": list(numbers)}).encode()
     msg = struct.pack("!I", len(data)) + data
     socket.send_fds(sock, [msg[:1]], list(fds))
     sock.sendall(msg[1:])
@@ -49,7 +56,7 @@ def read_int(sock: socket.socket) -> int | None:
 
 def recv_request(conn: socket.socket):
     """The server's side of ``send_request``: (request, file descriptors)."""
-    first, fds, _, _ = socket.recv_fds(conn, 1, 3)
+    first, fds, _, _ = socket.recv_fds(conn, 1, MAX_FDS)
     buf = first
     while len(buf) < 4:
         buf += conn.recv(4 - len(buf))
@@ -107,7 +114,39 @@ def agent(shim: str, args: list[str]) -> None:
                       lambda: os.execve(real, ["torchrun", *args], env), os.kill)
 
 
-def _forward_and_exit(address, argv, env, fallback, send) -> None:
+def spawned(address: str, python: str, args: list[str]) -> None:
+    """``python ARGS`` that multiprocessing starts (``multiprocessing.set_executable``, which the
+    server sets in a warm program: see pagerun.warmpool): a spawn child (``-c "from
+    multiprocessing.spawn import spawn_main; ..." --multiprocessing-fork``), a forkserver or a
+    resource tracker. The child skips ``import torch``; it gets the descriptors multiprocessing
+    passed this process, at the same numbers. This process stays the one its parent knows
+    (``Process.pid``, ``terminate()``, ``exitcode``, its sentinel)."""
+    env = dict(os.environ)
+    # the interpreter's options (the server's own, as the parent was its child) come first
+    i = args.index("-c") if "-c" in args else -1
+    if (i < 0 or not all(a.startswith("-") for a in args[:i]) or len(args) <= i + 1
+            or not args[i + 1].startswith("from multiprocessing.")
+            or any(k.startswith(IMPORT_TIME_ENV) for k in env)):
+        os.execve(python, [python, *args], env)
+    numbers = []
+    for name in os.listdir("/dev/fd"):  # what multiprocessing passed (and 0, 1, 2)
+        try:
+            os.fstat(int(name))  # not the listing's own descriptor, closed by now
+        except (OSError, ValueError):
+            continue
+        numbers.append(int(name))
+    numbers = sorted(numbers)
+    if len(numbers) > MAX_FDS or numbers[:3] != [0, 1, 2]:
+        os.execve(python, [python, *args], env)
+
+    def killpg(pid, sig):
+        os.killpg(pid, sig)
+
+    _forward_and_exit(address, args[i:], env, lambda: os.execve(python, [python, *args], env),
+                      killpg, numbers)
+
+
+def _forward_and_exit(address, argv, env, fallback, send, numbers=(0, 1, 2)) -> None:
     """Start ``argv`` in the server, forward signals to it with ``send``, exit as it did."""
     pid = None
     pending = []
@@ -130,9 +169,11 @@ def _forward_and_exit(address, argv, env, fallback, send) -> None:
         sock.connect(address)
     except OSError:  # no server: a fresh interpreter, as without us
         fallback()
-    pid = send_request(sock, argv, env, os.getcwd(), [0, 1, 2])
+    pid = send_request(sock, argv, env, os.getcwd(), list(numbers), numbers)
     if pid is None:
         sys.exit(1)
+    for fd in numbers[3:]:  # the child has them: a pipe's end closes when the child ends
+        os.close(fd)
     for sig in pending:
         forward(sig, None)
     code = read_int(sock)
@@ -148,6 +189,9 @@ def _forward_and_exit(address, argv, env, fallback, send) -> None:
 def main() -> None:
     if len(sys.argv) >= 3 and sys.argv[1] == "--torchrun":
         agent(sys.argv[2], sys.argv[3:])
+        return
+    if len(sys.argv) >= 4 and sys.argv[1] == "--spawn":
+        spawned(sys.argv[2], sys.argv[3], sys.argv[4:])
         return
     env = dict(os.environ)
     address = env.pop("PAGERUN_FORKSERVER", "")

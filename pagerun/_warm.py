@@ -7,7 +7,8 @@ a process's first ``torch.compile`` imports (AOTAutograd, its partitioner, induc
 which even the ``aot_eager`` backends import): about 1 s of the server's start, 1.3 s saved in each
 process that compiles; the imports start no thread, no process and no CUDA.
 Programs whose environment changes what these modules read at import time (``TORCH_LOGS``,
-``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*``) start as fresh interpreters instead (see IMPORT_TIME_ENV).
+``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*``, ``TORCH_CPP_LOG_LEVEL``, which c10 reads when torch's
+library loads) start as fresh interpreters instead (see IMPORT_TIME_ENV).
 """
 
 import argparse  # noqa: F401
@@ -30,4 +31,5 @@ import torch.nn  # noqa: F401
 import torch.utils.data  # noqa: F401
 
 # environment variables read when those modules are imported
-IMPORT_TIME_ENV = ("TORCH_LOGS", "TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE_")
+IMPORT_TIME_ENV = ("TORCH_LOGS", "TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE_",
+                   "TORCH_CPP_LOG_LEVEL")

@@ -31,6 +31,7 @@ Three clients:
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import select
@@ -60,6 +61,7 @@ def serve(path: str) -> None:
     # a fresh interpreter's, after the script's folder (without the checkout that address()
     # put on PYTHONPATH for this server's own imports)
     base_path = [p for p in sys.path[1:] if p != os.environ.get("PAGERUN_CHECKOUT")]
+    spawn_exe = os.path.join(os.path.dirname(path), "spawn-python")  # written by address()
     import pagerun._warm  # noqa: F401
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -135,14 +137,20 @@ def serve(path: str) -> None:
             if pid == 0:
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                for i, fd in enumerate(fds):
-                    os.dup2(fd, i)
+                numbers = req.get("fd_numbers", [0, 1, 2])
+                # each descriptor to its number: first above all of them, so that no dup2
+                # overwrites one still to be placed
+                high = max([*numbers, *fds, *keep]) + 1
+                moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, high) for fd in fds]
                 for fd in {*keep, *fds} - {0, 1, 2}:
                     try:
                         os.close(fd)
                     except OSError:
                         pass
-                _program(req["argv"], req["env"], req["cwd"], base_path)
+                for number, fd in zip(numbers, moved):
+                    os.dup2(fd, number)
+                    os.close(fd)
+                _program(req["argv"], req["env"], req["cwd"], base_path, spawn_exe)
             for fd in fds:
                 os.close(fd)
             conn.sendall(struct.pack("!i", pid))
@@ -158,8 +166,12 @@ def _killpg(pid: int) -> None:
         pass
 
 
-def _program(argv: list[str], env: dict, cwd: str, base_path: list[str]) -> None:
-    """In the forked child: become ``python argv...`` and never return."""
+def _program(argv: list[str], env: dict, cwd: str, base_path: list[str],
+             spawn_exe: str | None = None) -> None:
+    """In the forked child: become ``python argv...`` (a script, or ``-c CODE``) and never
+    return. The processes it starts with multiprocessing's spawn (and its forkserver) start
+    warm too, through ``spawn_exe`` (pagerun/_client.py --spawn), unless the program asks for
+    its parent's pid: a warm child's parent is this server, not the program."""
     import atexit
     import builtins
     import io
@@ -173,7 +185,7 @@ def _program(argv: list[str], env: dict, cwd: str, base_path: list[str]) -> None
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                                   errors="backslashreplace", write_through=True)
     sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
-    code = 1
+    code, script = 1, None
     try:
         os.chdir(cwd)
         os.environ.clear()
@@ -182,19 +194,38 @@ def _program(argv: list[str], env: dict, cwd: str, base_path: list[str]) -> None
             import faulthandler
 
             faulthandler.enable()
+        if "TORCH_DISTRIBUTED_DEBUG" in env:  # c10d's level, set when torch.distributed
+            import torch.distributed  # is imported: here
+
+            if torch.distributed.is_available():
+                torch.distributed.set_debug_level_from_env()
         if env.get("OMP_NUM_THREADS", "").isdigit():  # OpenMP read it at start-up, here
             import torch
 
             torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-        script = os.path.abspath(argv[0])
-        sys.argv = list(argv)
-        sys.path[:] = [os.path.dirname(script), *base_path]
-        with io.open_code(script) as f:  # as runpy.run_path would, without its frames: the
-            program = compile(f.read(), script, "exec")  # stack is a fresh interpreter's
-        main = types.ModuleType("__main__")  # (inspect.stack() walks every module for a
-        main.__dict__.update(__file__=script, __cached__=None, __loader__=None,
-                             __package__=None, __spec__=None, __builtins__=builtins)
-        sys.modules["__main__"] = main  # frame whose file is not there: torchrun calls it)
+        main = types.ModuleType("__main__")
+        main.__dict__.update(__cached__=None, __loader__=None, __package__=None,
+                             __spec__=None, __builtins__=builtins)
+        if argv[0] == "-c":  # multiprocessing's spawn child (pagerun/_client.py --spawn)
+            script, source = "<string>", argv[1].encode()
+            sys.argv = ["-c", *argv[2:]]
+            sys.path[:] = ["", *base_path]
+        else:
+            script = os.path.abspath(argv[0])
+            sys.argv = list(argv)
+            sys.path[:] = [os.path.dirname(script), *base_path]
+            with io.open_code(script) as f:
+                source = f.read()
+            main.__file__ = script
+        if spawn_exe and b"getppid" not in source:
+            import multiprocessing.spawn
+
+            multiprocessing.spawn.set_executable(spawn_exe)
+        # as runpy.run_path would, without its frames: the stack is a fresh interpreter's
+        # (inspect.stack() walks every module for a frame whose file is not there: torchrun's
+        # agent calls it)
+        program = compile(source, script, "exec")
+        sys.modules["__main__"] = main
         code = 0
         exec(program, main.__dict__)
     except SystemExit as e:
@@ -207,7 +238,7 @@ def _program(argv: list[str], env: dict, cwd: str, base_path: list[str]) -> None
             code = 1
     except BaseException as e:  # noqa: BLE001 - printed as the interpreter would
         tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename != os.path.abspath(argv[0]):
+        while tb is not None and tb.tb_frame.f_code.co_filename != script:
             tb = tb.tb_next
         traceback.print_exception(type(e), e, tb or e.__traceback__)
         code = 1
@@ -246,6 +277,12 @@ def address() -> str:
                 f.write(f'#!/bin/sh\nexec "{sys.executable}" -I -S "{CLIENT}" --torchrun '
                         f'"$0" "$@"\n')
             os.chmod(shim, 0o755)
+            # what multiprocessing's spawn starts in a warm program (set_executable)
+            spawn = os.path.join(folder, "spawn-python")
+            with open(spawn, "w") as f:
+                f.write(f'#!/bin/sh\nexec "{sys.executable}" -I -S "{CLIENT}" --spawn '
+                        f'"{path}" "{sys.executable}" "$@"\n')
+            os.chmod(spawn, 0o755)
             # a script, not -m: no runpy frames under the children's stack (inspect.stack(),
             # which torchrun's agent calls, walks every module for a frame whose file is not
             # there: a second of CPU per agent); the checkout on its path, as -m would put it

@@ -4,6 +4,7 @@ programs."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -383,3 +384,45 @@ def test_a_shell_block_with_warm_agents_prints_what_the_real_torchrun_prints(blo
     real = runner.result(f"real-agent:{block.code}", runner.run, block, True, False)
     assert warm.exit == real.exit == block.exit
     assert recordings.normalise(warm.output) == recordings.normalise(real.output)
+
+
+SPAWN_PROBE = '''import multiprocessing as mp, os, signal, sys, time
+
+
+def child(q, code):
+    q.put(("torch" in sys.modules, __name__))  # before any import of torch
+    if code == "term":
+        time.sleep(60)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    q = ctx.SimpleQueue()  # its pipes reach the child as descriptors at the same numbers
+    for code in (0, 3, "term"):
+        p = ctx.Process(target=child, args=(q, code))
+        p.start()
+        seen = q.get()
+        if code == "term":
+            p.terminate()
+        p.join(30)
+        print(code, p.exitcode, *seen)
+'''
+
+
+@pytest.mark.parametrize("parent", ["", "import os; os.getppid  # asks for its parent\n"])
+def test_a_warm_programs_spawn_children_start_warm_unless_it_asks_for_its_parent(tmp_path,
+                                                                                  parent):
+    """multiprocessing's spawn children of a warm program start in the server (pagerun/_client.py
+    --spawn): torch is already imported there, and the parent sees the exit codes, the signal of
+    terminate() and a queue's pipes as with a fresh interpreter. A program that reads
+    os.getppid() gets fresh children: a warm child's parent is the server."""
+    prog = tmp_path / "spawner.py"
+    prog.write_text(parent + SPAWN_PROBE)
+    warm, code, _ = warmpool.run([str(prog)], runner.env(), tmp_path, 90)
+    cold = runner.run(_block(f"python {prog}"), warm=False)
+    assert code == cold.exit == 0, (warm, cold.output)
+    rows = ["0 0 {} __mp_main__", "3 3 {} __mp_main__",
+            f"term -{signal.SIGTERM.value} {{}} __mp_main__"]
+    assert cold.output.splitlines() == [r.format(False) for r in rows], cold.output
+    assert warm.splitlines() == [r.format(not parent) for r in rows], warm

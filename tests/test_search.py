@@ -118,17 +118,26 @@ def test_chinese_compounds_and_parts(indexes):
     assert {"检查点", "检查"} <= tokens, "a compound and its parts both indexed"
 
 
+@pytest.fixture(scope="module")
+def page_words(indexes) -> dict[str, tuple[dict[str, set[str]], set[str]]]:
+    """language -> (page -> its words as Material's tokenizer sees them, all the words)."""
+    out = {}
+    for lang, index in indexes.items():
+        words: dict[str, set[str]] = {}
+        for d in index["docs"]:
+            words.setdefault(d["location"].split("#")[0], set()).update(_tokens(index, d))
+        out[lang] = words, set().union(*words.values())
+    return out
+
+
 @pytest.mark.parametrize("query,expected,lang", READER_SEARCHES,
                          ids=[f"{lang}-{q}" for q, _, lang in READER_SEARCHES])
-def test_reader_query_pieces_reach_the_page(indexes, query, expected, lang):
+def test_reader_query_pieces_reach_the_page(indexes, page_words, query, expected, lang):
     """The query, cut as the browser cuts it, into pieces that each match the words they start
     (Material adds a trailing wildcard to every piece): no page matches more of the pieces than
     the best of the expected pages. tests/test_browser.py checks the ranking itself."""
     index = indexes[lang]
-    words: dict[str, set[str]] = {}
-    for d in index["docs"]:
-        words.setdefault(d["location"].split("#")[0], set()).update(_tokens(index, d))
-    vocabulary = set().union(*words.values())
+    words, vocabulary = page_words[lang]
     terms = _query_terms(query, index, vocabulary)
     assert terms, query
     matched = {page: sum(any(w.startswith(t) for w in ws) for t in terms) for page, ws in words.items()}
