@@ -31,7 +31,7 @@ import pytest
 
 import sitebuild
 from pagerun import pages
-from test_browser import READER_SEARCHES, TOP
+from test_browser import READER_SEARCHES, SEARCHES, TOP
 
 pagerun_background = sitebuild.pagerun_background  # the build starts with the blocks
 
@@ -187,6 +187,9 @@ def ranked():
     queries = {lang: [q for t in TERMS for q in name_queries(t, lang)] for lang in LANGS}
     for query, _, lang in READER_SEARCHES:
         queries[lang].append(query)
+    for query, _, langs in SEARCHES:
+        for lang in langs:
+            queries[lang].append(query)
     return _ranked(queries)
 
 
@@ -241,3 +244,15 @@ def test_reader_query_ranks_its_page(ranked, query, expected, lang):
     groups = ranked[lang][query]["groups"]
     first = [group[0][0].split("#")[0] for group in groups[:TOP]]
     assert set(first) & set(expected), f"{query!r} ({lang}): none of {expected} in the first {TOP} {first}"
+
+
+_found = [(q, pages, lang) for q, pages, langs in SEARCHES for lang in langs]
+
+
+@pytest.mark.parametrize("query,expected,lang", _found,
+                         ids=[f"{lang}-{q}-{'|'.join(p)}" for q, p, lang in _found])
+def test_search_finds_its_pages(ranked, query, expected, lang):
+    """Every query of tests/test_browser.py's SEARCHES finds one of its pages (anywhere in the
+    results), as Material's search worker finds them in the browser; the browser types a few."""
+    found = {item.split("#")[0] for group in ranked[lang][query]["groups"] for item, _ in group}
+    assert found & set(expected), f"{query!r} ({lang}): none of {expected} among {sorted(found)}"
