@@ -5,12 +5,15 @@ command that appears more than once runs once per session.)"""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from pagerun import pages, runner
+from pagerun import pages, runner, warmpool
 
 ALL_BLOCKS = pages.all_blocks()
 SNIPPET_FILES = sorted(p.relative_to(pages.ROOT).as_posix() for p in pages.SNIPPETS.rglob("*.py"))
@@ -75,9 +78,16 @@ print(json.dumps(out))
 
 
 def _run_refusals() -> dict:
-    proc = subprocess.run([sys.executable, "-c", _REFUSE, *GPU_ONLY], cwd=pages.ROOT,
-                          capture_output=True, text=True, timeout=300)
-    return json.loads(proc.stdout.splitlines()[-1])
+    """Through the warm server (pagerun.warmpool: torch already imported) where it runs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "refuse.py"
+        script.write_text(_REFUSE, encoding="utf-8")
+        if os.environ.get("DOCS_WARM", "1") != "0":
+            out, _, _ = warmpool.run([str(script), *GPU_ONLY], runner.env(), pages.ROOT, 300)
+        else:
+            out = subprocess.run([sys.executable, str(script), *GPU_ONLY], cwd=pages.ROOT,
+                                 capture_output=True, text=True, timeout=300).stdout
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
 
 
 def _refusals() -> dict:
