@@ -17,7 +17,7 @@ The server sends the child's pid and, when it ends, its status (negative: killed
 signal). When a client goes away before its child has ended, the server kills the child's
 process group: nothing outlives the process that asked for it.
 
-Three clients:
+Four clients:
 
 - ``run()``, for a block: ``python snippets/...`` or ``torchrun ...`` itself (torchrun's agent).
 - ``pagerun/_client.py``, for torchrun's workers: the agent starts ``$PYTHON_EXEC -u PROGRAM
@@ -26,6 +26,9 @@ Three clients:
   worker did. The worker, too, skips ``import torch``, which is most of a small program's time.
 - the same client as ``torchrun`` in a shell block (``agent_dir``): the agent is started here with
   the shell's environment and streams; the client is the process the shell waits for and kills.
+- the same client as the interpreter multiprocessing's spawn starts in a warm program
+  (``_client.py --spawn``, set with ``multiprocessing.set_executable`` in ``_program``): the
+  spawn child gets every descriptor the client was given, at the same numbers.
 """
 
 from __future__ import annotations
