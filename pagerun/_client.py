@@ -122,12 +122,16 @@ def spawned(address: str, python: str, args: list[str]) -> None:
     passed this process, at the same numbers. This process stays the one its parent knows
     (``Process.pid``, ``terminate()``, ``exitcode``, its sentinel)."""
     env = dict(os.environ)
+
+    def fresh():  # what multiprocessing would have started
+        os.execve(python, [python, *args], env)
+
     # the interpreter's options (the server's own, as the parent was its child) come first
     i = args.index("-c") if "-c" in args else -1
     if (i < 0 or not all(a.startswith("-") for a in args[:i]) or len(args) <= i + 1
             or not args[i + 1].startswith("from multiprocessing.")
             or any(k.startswith(IMPORT_TIME_ENV) for k in env)):
-        os.execve(python, [python, *args], env)
+        fresh()
     numbers = []
     for name in os.listdir("/dev/fd"):  # what multiprocessing passed (and 0, 1, 2)
         try:
@@ -137,13 +141,12 @@ def spawned(address: str, python: str, args: list[str]) -> None:
         numbers.append(int(name))
     numbers = sorted(numbers)
     if len(numbers) > MAX_FDS or numbers[:3] != [0, 1, 2]:
-        os.execve(python, [python, *args], env)
+        fresh()
 
     def killpg(pid, sig):
         os.killpg(pid, sig)
 
-    _forward_and_exit(address, args[i:], env, lambda: os.execve(python, [python, *args], env),
-                      killpg, numbers)
+    _forward_and_exit(address, args[i:], env, fresh, killpg, numbers)
 
 
 def _forward_and_exit(address, argv, env, fallback, send, numbers=(0, 1, 2)) -> None:

@@ -129,9 +129,14 @@ def env() -> dict:
 # --------------------------------------------------------------------------------------------
 # running
 
+def warm_on() -> bool:
+    """Whether programs start through the fork server (``DOCS_WARM=0`` turns it off)."""
+    return os.environ.get("DOCS_WARM", "1") != "0"
+
+
 def warm_commands(block: Block) -> list[tuple[dict, list[str]]] | None:
     """``[(env assignments, argv)]`` if every command of the block can run warm, else None."""
-    if block.syntax not in ("bash", "sh") or os.environ.get("DOCS_WARM", "1") == "0":
+    if block.syntax not in ("bash", "sh") or not warm_on():
         return None
     cmds = []
     for line in block.code.strip().replace("\\\n", " ").splitlines():  # join continuations
@@ -174,7 +179,7 @@ def run(block: Block, warm: bool = True, warm_agents: bool = True) -> Result:
     else:
         argv = ["bash" if block.syntax == "bash" else "sh", "-c", block.code]
     e = dict(env(), **timings)
-    if warm and os.environ.get("DOCS_WARM", "1") != "0" and "torchrun" in block.code:
+    if warm and warm_on() and "torchrun" in block.code:
         from pagerun import warmpool
 
         e = warmpool.worker_env(e)  # torchrun's workers start warm (its PYTHON_EXEC)

@@ -160,9 +160,9 @@ def _missing_browser() -> str | None:
 class Browser:
     """One Chromium with a fresh profile; records requests, blocked hosts and console errors."""
 
-    def __init__(self, base: str, profile: Path):
+    def __init__(self, base: str, profile: Path, root: Path | None = None):
         from playwright.sync_api import sync_playwright
-        self.base = base
+        self.base, self.root = base, root  # root: the built site (for the empty search index)
         self.search = True  # serve the real search index (False: one without entries)
         self.searchable = False  # the page on screen was loaded with the real index
         self.requests: list[str] = []
@@ -192,7 +192,7 @@ class Browser:
         url = route.request.url
         self.requests.append(url)
         host = urlsplit(url).hostname
-        if (not self.search and host == "127.0.0.1"
+        if (not self.search and self.root is not None and host == "127.0.0.1"
                 and urlsplit(url).path.endswith("/search/search_index.json")):
             route.fulfill(status=200, content_type="application/json",
                           body=_empty_index(self.root, urlsplit(url).path))
@@ -233,8 +233,7 @@ def browser(request, tmp_path_factory):
     if "b" not in _SHARED:
         root, _ = sitebuild.built()
         base, server = sitebuild.serve(root)
-        b = Browser(base, tmp_path_factory.mktemp("chromium-profile"))
-        b.root = root
+        b = Browser(base, tmp_path_factory.mktemp("chromium-profile"), root)
         _SHARED["b"] = b
 
         def close():

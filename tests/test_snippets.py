@@ -5,7 +5,6 @@ command that appears more than once runs once per session.)"""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -82,7 +81,7 @@ def _run_refusals() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "refuse.py"
         script.write_text(_REFUSE, encoding="utf-8")
-        if os.environ.get("DOCS_WARM", "1") != "0":
+        if runner.warm_on():
             out, _, _ = warmpool.run([str(script), *GPU_ONLY], runner.env(), pages.ROOT, 300)
         else:
             out = subprocess.run([sys.executable, str(script), *GPU_ONLY], cwd=pages.ROOT,
