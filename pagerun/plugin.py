@@ -95,7 +95,8 @@ def pytest_collection_finish(session):
 
 
 def pytest_collection_modifyitems(config, items):
-    """needs_cuda / needs_2_gpus: skip where the hardware is missing, with the reason shown.
+    """needs_cuda / needs_2_gpus / needs_torch: skip where the hardware or the torch release is
+    missing, with the reason shown.
 
     And an order that keeps both cores busy: the blocks and the site build run in the background
     from the start, so the tests that need neither go first, then the modules that wait for the
@@ -103,7 +104,8 @@ def pytest_collection_modifyitems(config, items):
     (which wait for their runs: the page blocks and test_snippet_runs). Within each group the
     order is the collected one."""
     for item in items:
-        reason = runner.unmet([f"pytest.mark.{m.name}" for m in item.iter_markers()])
+        reason = runner.unmet([f"pytest.mark.{m.name}({', '.join(map(repr, m.args))})"
+                               for m in item.iter_markers()])
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
 

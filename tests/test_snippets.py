@@ -44,7 +44,8 @@ def test_snippet_runs(path, request):
 
 GPU_ONLY = sorted({p for p in SNIPPET_FILES
                    if (uses := [b for b in ALL_BLOCKS if p in b.snippets])
-                   and all(any(m.startswith("pytest.mark.needs_") for m in b.marks) for b in uses)})
+                   and all(any(m.startswith(("pytest.mark.needs_cuda", "pytest.mark.needs_2_gpus"))
+                               for m in b.marks) for b in uses)})
 
 
 # One interpreter runs every GPU-only program in turn (runpy, as `python PATH` would), so that

@@ -16,7 +16,10 @@ for name in ("cuda:0", "cuda: 0", "cuda:0 "):
 # the usual one-liner hides the typo on a machine without a GPU: the string
 # after "if" is never parsed there, so only the GPU machine raises
 gpu = torch.cuda.is_available()
-print("on this machine:", torch.device("cuda: 0" if gpu else "cpu"))
+try:
+    print("on this machine:", torch.device("cuda: 0" if gpu else "cpu"))
+except RuntimeError as e:  # what a GPU machine says, where the typo is finally parsed
+    print("on this machine: RuntimeError:", e)
 # --8<-- [end:strict]
 
 # --8<-- [start:index]

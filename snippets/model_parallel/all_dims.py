@@ -104,7 +104,7 @@ for module in [*model.blocks, model] if a.dp * Nf > 1 else []:  # each block, ro
 rows = B // (a.dp * a.fsdp)  # sequences per rank: the dp x fsdp ranks split the batch
 data = slice((at["dp"] * a.fsdp + at["fsdp"]) * rows, None)
 pos = slice(at["cp"] * S // a.cp, (at["cp"] + 1) * S // a.cp)  # cp splits positions
-x, y = x[data][:rows, pos], y[data][:rows, pos]
+x, y = x[data][:rows, pos].contiguous(), y[data][:rows, pos].contiguous()
 micro = [torch.empty(rows // M, S // a.cp, D, requires_grad=g) for g in (True, False)]
 stage = PipelineStage(model, at["pp"], a.pp, device, input_args=micro[at["pp"] == 0],
                       output_args=micro[0], group=mesh["pp"].get_group())

@@ -10,6 +10,11 @@ from torch import nn
 
 D, HEADS, FF, E, K, LAYERS = 16, 4, 8, 8, 2, 4  # width, heads, expert hidden size,
 # experts, experts per token, blocks
+# torch 2.13 deprecates the old names; older releases have only those
+all_gather_single = (getattr(dist, "all_gather_single", None)
+                     or dist.all_gather_into_tensor)
+reduce_scatter_single = (getattr(dist, "reduce_scatter_single", None)
+                         or dist.reduce_scatter_tensor)
 
 
 # --8<-- [start:attention]
@@ -21,13 +26,13 @@ class GatherSeq(torch.autograd.Function):
     def forward(ctx, kv, group):  # kv: (positions of this rank, ...)
         ctx.group, n = group, dist.get_world_size(group)
         out = kv.new_empty((n * kv.shape[0], *kv.shape[1:]))
-        dist.all_gather_single(out, kv.contiguous(), group=group)
+        all_gather_single(out, kv.contiguous(), group=group)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         out = grad.new_empty((grad.shape[0] // ctx.group.size(), *grad.shape[1:]))
-        dist.reduce_scatter_single(out, grad.contiguous(), group=ctx.group)
+        reduce_scatter_single(out, grad.contiguous(), group=ctx.group)
         return out, None
 
 

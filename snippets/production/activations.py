@@ -116,7 +116,11 @@ cached = {}  # what selective checkpointing keeps, each storage once
 
 def policy(ctx, op, *args, **kwargs):  # called for every op of the forward
     if op in LINEAR:
-        cached.update([storage(ctx.op_output)])
+        if hasattr(ctx, "op_output"):  # torch 2.13 shows the policy the output
+            cached.update([storage(ctx.op_output)])
+        elif not ctx.is_recompute:  # torch 2.11: an (a.rows, b.cols) product of a, b
+            a, b = args[-2:]  # (older torch calls the policy again in backward)
+            cached[len(cached)] = a.shape[0] * b.shape[1] * a.element_size()
         return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE  # softmax, dropout, GELU, norms, bmm
 

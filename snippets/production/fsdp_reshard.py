@@ -11,6 +11,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -28,12 +29,18 @@ else:  # gloo crashed on CUDA tensors in FSDP2's collectives: use the CPU
     device, backend = torch.device("cpu"), "gloo"
 dist.init_process_group(backend, device_id=device if backend == "nccl" else None,
                         timeout=timedelta(seconds=60))
-show = print if rank == 0 else (lambda *a: None)
+mesh = init_device_mesh(device.type, (world,))  # FSDP2's default: a CUDA mesh wherever
+show = print if rank == 0 else (lambda *a: None)  # a GPU is visible, even under gloo
 show(f"{world} processes: {backend} on {device.type}")
 
 # --8<-- [start:count]
-comm = Counter()  # FSDP2 calls these two functions of torch.distributed by name
-all_gather, reduce_scatter = dist.all_gather_single, dist.reduce_scatter_single
+# FSDP2 calls two functions of torch.distributed by name: the *_single ones in torch
+# 2.13; torch 2.11 calls all_gather_into_tensor and reduce_scatter_tensor (same arguments)
+comm = Counter()
+AG, RS = "all_gather_single", "reduce_scatter_single"
+if not hasattr(dist, AG):
+    AG, RS = "all_gather_into_tensor", "reduce_scatter_tensor"
+all_gather, reduce_scatter = getattr(dist, AG), getattr(dist, RS)
 
 
 def counted_all_gather(output_tensor, input_tensor, group=None, **kwargs):
@@ -48,8 +55,8 @@ def counted_reduce_scatter(output, input, group=None, **kwargs):
     return reduce_scatter(output=output, input=input, group=group, **kwargs)
 
 
-dist.all_gather_single = counted_all_gather
-dist.reduce_scatter_single = counted_reduce_scatter
+setattr(dist, AG, counted_all_gather)
+setattr(dist, RS, counted_reduce_scatter)
 # --8<-- [end:count]
 
 W, MICRO_BATCH = 64, 8  # width; samples per process and micro-batch
@@ -63,8 +70,8 @@ def build(reshard_after_forward):
                         for _ in range(2))
     reference.load_state_dict(model.state_dict())
     for block in model[:4]:  # 5 units: 4 blocks, and the root with the head
-        fully_shard(block, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, reshard_after_forward=reshard_after_forward)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
     return model.to(device), reference.to(device)
 
 
