@@ -72,8 +72,14 @@ test-gpu:
 	@$(GPU_PYTHON) pagerun/envcheck.py
 	DOCS_JOBS=4 $(GPU_PYTHON) -m pytest --codeblocks -p no:cacheprovider $(PYTEST_ARGS)
 
+# torchao and torchft come without their dependencies (torchft's would download torch and its
+# CUDA libraries, 2.9 GB, which the GPU machine has); torchft's own are named after them.
+GPU_WHEEL_PLATFORM = --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64
 gpu-wheels: install
 	$(PYTHON) -m pip wheel -q --no-deps -w $(WHEELS) jieba  # no wheel on PyPI: built here
-	$(PYTHON) -m pip download -q -d $(WHEELS) --only-binary=:all: --python-version 3.12 \
-	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
-	  $$(grep -v -e '^#' -e '^jieba' tests/gpu-requirements.txt)
+	$(PYTHON) -m pip download -q -d $(WHEELS) $(GPU_WHEEL_PLATFORM) \
+	  $$(grep -v -e '^#' -e '^jieba' -e '^torchao' -e '^torchft' tests/gpu-requirements.txt) \
+	  opentelemetry-api opentelemetry-sdk opentelemetry-exporter-otlp-proto-http
+	$(PYTHON) -m pip download -q -d $(WHEELS) $(GPU_WHEEL_PLATFORM) --no-deps \
+	  $$(grep -e '^torchao' -e '^torchft' tests/gpu-requirements.txt)
