@@ -64,13 +64,14 @@ bench-site: install
 # other packages come as wheels from WHEELS (made by `make gpu-wheels` on a machine that reaches
 # PyPI), and the suite runs against the GPU, recording missing GPU outputs.
 GPU_PYTHON ?= python3
+GPU_JOBS ?= 4
 WHEELS ?= wheels
 test-gpu: PYTHON = $(GPU_PYTHON)
 test-gpu:
 	$(GPU_PYTHON) -c "import torch, sys; torch.cuda.is_available() or sys.exit('make test-gpu: no CUDA GPU here (torch.cuda.is_available() is False); use make test')"
 	@if [ -d $(WHEELS) ]; then $(GPU_PYTHON) -m pip install -q --no-index --find-links $(WHEELS) -r tests/gpu-requirements.txt; fi
 	@$(GPU_PYTHON) pagerun/envcheck.py
-	DOCS_JOBS=4 $(GPU_PYTHON) -m pytest --codeblocks -p no:cacheprovider $(PYTEST_ARGS)
+	DOCS_JOBS=$(GPU_JOBS) $(GPU_PYTHON) -m pytest --codeblocks -p no:cacheprovider $(PYTEST_ARGS)
 
 # torchao and torchft come without their dependencies (torchft's would download torch and its
 # CUDA libraries, 2.9 GB, which the GPU machine has); torchft's own are named after them.

@@ -86,6 +86,29 @@ def test_a_failing_block_shows_its_command_status_and_output(monkeypatch):
     assert "step two" in msg
 
 
+def test_a_block_needing_a_newer_torch_is_skipped_with_the_reason(monkeypatch):
+    here = runner.device()
+    for have, why in [("2.11.0+cu130", "needs torch 2.13 or later: this machine has 2.11.0+cu130"),
+                      ("2.13.0+cpu", None), ("2.14.1+cu130", None)]:
+        monkeypatch.setattr(runner, "device", lambda: {**here, "torch": have})
+        assert runner.unmet(['pytest.mark.needs_torch("2.13")']) == why
+
+
+def test_a_run_that_contradicts_a_page_is_kept_aside_not_recorded(tmp_path, monkeypatch):
+    from pagerun import claims
+
+    block = next(b for b in pages.all_blocks() if b.key == "devices/tensors")
+    rec = recordings.path_for(runner.recording_class(block), block.key)
+    before = rec.read_bytes()
+    monkeypatch.setattr(claims, "contradicted_by", lambda *a: ["a sentence it breaks"])
+    monkeypatch.setenv("DOCS_REFUSED", str(tmp_path))
+    with pytest.raises(runner.Mismatch, match="not recorded: this run contradicts"):
+        runner.check(block, update=True)
+    assert rec.read_bytes() == before
+    kept = recordings.load_file(tmp_path / rec.relative_to(recordings.OUTPUTS), "cpu", block.key)
+    assert kept.meta["command"] == runner.command_of(block) and kept.body.strip()
+
+
 def test_a_timed_out_block_is_killed_with_its_children():
     block = _block("sleep 30 & sleep 30\n")
     block.marks = ["pytest.mark.run_timeout(1)"]
