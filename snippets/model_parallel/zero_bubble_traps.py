@@ -27,7 +27,8 @@ if int(os.environ["WORLD_SIZE"]) not in (2, 3, 4, 6, 12):  # 24 layers, 2 stages
              if os.environ["RANK"] == "0" else 2)
 if torch.torch_version.TorchVersion(torch.__version__) < "2.13":  # seen with 2.11
     sys.exit("needs torch 2.13 or later: torch 2.11's ZBV and DualPipeV stop at their "
-             "first step over gloo ('Pair is not connected')" if os.environ["RANK"] == "0" else 2)
+             "first step over gloo ('Pair is not connected')"
+             if os.environ["RANK"] == "0" else 2)
 # The device rule of snippets/ddp/cost.py: NCCL only if each process has its own GPU
 gpus, timeout = torch.cuda.device_count(), timedelta(seconds=60)
 store, rank, p = next(dist.rendezvous("env://", timeout=timeout))

@@ -34,8 +34,9 @@ show = print if rank == 0 else (lambda *a: None)  # a GPU is visible, even under
 show(f"{world} processes: {backend} on {device.type}")
 
 # --8<-- [start:count]
-# FSDP2 calls two functions of torch.distributed by name: the *_single ones in torch
-# 2.13; torch 2.11 calls all_gather_into_tensor and reduce_scatter_tensor (same arguments)
+# FSDP2 calls two functions of torch.distributed by name: the *_single ones in
+# torch 2.13; torch 2.11 calls all_gather_into_tensor and reduce_scatter_tensor
+# (same arguments)
 comm = Counter()
 AG, RS = "all_gather_single", "reduce_scatter_single"
 if not hasattr(dist, AG):
