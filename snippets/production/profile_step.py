@@ -135,7 +135,8 @@ for case in args.case or CASES:
     path = os.path.join(args.trace_dir, f"{case}-rank{rank}.json")
     prof, params = profile_case(cap_mb, path)
     # --8<-- [start:table]
-    totals = {e.key: e for e in prof.key_averages()}
+    host = torch.autograd.DeviceType.CPU  # with CUDA, a range also has a GPU twin
+    totals = {e.key: e for e in prof.key_averages() if e.device_type == host}
     how = f"bucket_cap_mb={cap_mb}" if cap_mb else "no_sync, then dist.all_reduce"
     show(f"\n{case} ({how}), rank 0, step 4:\n  {'range or op':<20} calls   CPU total")
     for name in RANGES + ["c10d::allreduce_", f"{backend}:all_reduce"]:
