@@ -29,8 +29,8 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if world == 1:
     sys.exit("one process cannot wait for another: run with --nproc-per-node=2 or more")
 # --8<-- [start:init]
-# gloo and the CPU on any machine, so that the hang ends the same way everywhere; rank 0
-# gives up first (3 s), and the others later (6 s)
+# gloo and the CPU on any machine; rank 0 waits 3 s and the others 6 s, so rank 0 gives
+# up first unless it reaches the hang more than 3 s after them (a busy machine)
 timeout = timedelta(seconds=3 if rank == 0 else 6)
 dist.init_process_group("gloo", timeout=timeout)
 mesh = init_device_mesh("cpu", (world,))
