@@ -40,7 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pagerun import recordings
+from pagerun import envcheck, recordings
 from pagerun.pages import ROOT, Block
 
 # One command of a warm block: environment assignments that take effect after `import torch`
@@ -257,10 +257,6 @@ def recording_class(block: Block) -> str:
     return dev["class"]
 
 
-def _release(version: str) -> tuple[int, ...]:  # "2.13.0+cpu" -> (2, 13, 0)
-    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3])
-
-
 def unmet(marks: list[str]) -> str | None:
     """The reason a block cannot run here, from its needs_* marks, or None."""
     dev = device()
@@ -270,7 +266,7 @@ def unmet(marks: list[str]) -> str | None:
         if m.startswith("pytest.mark.needs_2_gpus") and dev["gpus"] < 2:
             return f"needs 2 GPUs: this machine has {dev['gpus']}"
         wanted = re.match(r"pytest\.mark\.needs_torch\(['\"]?([\d.]+)", m)
-        if wanted and _release(dev["torch"]) < _release(wanted.group(1)):
+        if wanted and envcheck._version(dev["torch"]) < envcheck._version(wanted.group(1)):
             return f"needs torch {wanted.group(1)} or later: this machine has {dev['torch']}"
         if m.startswith(("pytest.mark.needs_root_netns", "pytest.mark.needs_slurm")):
             # hosts made of network namespaces (tests/hosts.py): Linux, root, iproute2; about
@@ -431,10 +427,11 @@ def check(block: Block, update: bool = False) -> str:
         if against:
             aside = os.environ.get("DOCS_REFUSED")
             if aside:  # kept, so the sentence can be fixed without running on that machine again
-                rec_aside = recordings.Recording(block.key, cls, res.output, meta)
-                path = Path(aside) / cls / f"{block.key}.txt"
+                rel_out = recordings.path_for(cls, block.key).relative_to(recordings.OUTPUTS)
+                path = Path(aside) / rel_out
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(rec_aside.dump(), encoding="utf-8")
+                path.write_text(recordings.Recording(block.key, cls, res.output, meta).dump(),
+                                encoding="utf-8")
             raise Mismatch(f"{head}--- not recorded: this run contradicts what the pages say "
                            f"about it (fix the program or the sentence) ---\n"
                            + "\n".join(against) + f"\n--- output (tail) ---\n{_tail(res.output)}")
