@@ -130,8 +130,13 @@ def env() -> dict:
 # running
 
 def warm_on() -> bool:
-    """Whether programs start through the fork server (``DOCS_WARM=0`` turns it off)."""
-    return os.environ.get("DOCS_WARM", "1") != "0"
+    """Whether programs start through the fork server (``DOCS_WARM=0`` turns it off, and so does
+    a server that could not start a program as a fresh interpreter would: it says why)."""
+    if os.environ.get("DOCS_WARM", "1") == "0":
+        return False
+    from pagerun import warmpool
+
+    return warmpool.usable()
 
 
 def warm_commands(block: Block) -> list[tuple[dict, list[str]]] | None:

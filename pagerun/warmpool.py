@@ -47,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 # the wire protocol is the client's: it runs with the standard library only (see there)
@@ -65,7 +66,24 @@ def serve(path: str) -> None:
     # put on PYTHONPATH for this server's own imports)
     base_path = [p for p in sys.path[1:] if p != os.environ.get("PAGERUN_CHECKOUT")]
     spawn_exe = os.path.join(os.path.dirname(path), "spawn-python")  # written by address()
-    import pagerun._warm  # noqa: F401
+    # torch 2.11's inductor asks torch.cuda.is_available() at import; torch's own check arms
+    # CUDA's fork guard, and every child would fail with "Cannot re-initialize CUDA in forked
+    # subprocess". The NVML check torch offers instead (its PYTORCH_NVML_BASED_CUDA_CHECK) does
+    # not; it is on for these imports only, where a GPU's driver has NVML.
+    nvml = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    try:
+        import pagerun._warm  # noqa: F401
+    finally:
+        if nvml is None:
+            del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
+        else:
+            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = nvml
+    if _fork_guard_armed():  # whatever armed it: children start as fresh interpreters instead
+        print("cold: an import armed CUDA's fork guard in the fork server (torch "
+              f"{sys.modules['torch'].__version__}), so a forked program could not use CUDA",
+              flush=True)
+        return
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -160,6 +178,25 @@ def serve(path: str) -> None:
             tags[pid] = req["env"].get("PAGERUN_BLOCK", "")
             conns[conn.fileno()] = (conn, pid)
             pids[pid] = conn
+
+
+def _fork_guard_armed() -> bool:
+    """Whether a child forked now is in torch's "bad fork" state (CUDA unusable there)."""
+    import torch
+
+    check = getattr(torch._C, "_cuda_isInBadFork", None)  # only CUDA builds have the guard
+    if check is None:
+        return False
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, b"1" if check() else b"0")
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        armed = f.read(1) == b"1"
+    os.waitpid(pid, 0)
+    return armed
 
 
 def _killpg(pid: int) -> None:
@@ -259,6 +296,28 @@ def _program(argv: list[str], env: dict, cwd: str, base_path: list[str],
 # --------------------------------------------------------------------------------------------
 # the test session's side
 
+class Cold(RuntimeError):
+    """The fork server cannot start programs as a fresh interpreter would (the reason)."""
+
+
+_COLD: list[str] = []  # why programs start as fresh interpreters, once known
+
+
+def usable() -> bool:
+    """Whether programs can start warm here; if not, warn once, saying why."""
+    if not _COLD:
+        try:
+            address()
+            return True
+        except Cold as e:
+            with _LOCK:
+                if not _COLD:
+                    _COLD.append(str(e))
+                    warnings.warn(f"pagerun: every program starts as a fresh interpreter: {e}",
+                                  stacklevel=2)
+    return False
+
+
 def address() -> str:
     """The server's socket, started on first use; it ends with the process that started it."""
     global _SERVER
@@ -296,7 +355,11 @@ def address() -> str:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
                 env=dict(os.environ, PYTHONPATH=python_path, PAGERUN_CHECKOUT=checkout,
                          PAGERUN_CPU_FILE=os.path.join(folder, "cpu.json")))
-            if proc.stdout.readline().strip() != b"ready":
+            line = proc.stdout.readline().decode().strip()
+            if line.startswith("cold: "):
+                proc.wait()
+                raise Cold(line[len("cold: "):])
+            if line != "ready":
                 raise RuntimeError("pagerun.warmpool: the fork server did not start")
             # its stdin stays open as long as this process lives
             _SERVER = (proc, path, client, agents)
