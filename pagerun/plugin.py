@@ -146,11 +146,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 INSTALLED = pytest.StashKey[dict]()
 
 
+# the interpreter's search path when the session starts: an import may add to sys.path later
+# (setuptools puts its _vendor folder there, with the dist-info of what it vendors), which
+# installs nothing
+_PATH = list(sys.path)
+
+
 def _installed() -> dict:
     """What `pip freeze` would list: every distribution of this interpreter, with its version."""
     from importlib import metadata
 
-    return {(d.metadata["Name"] or "?").lower(): d.version for d in metadata.distributions()}
+    return {(d.metadata["Name"] or "?").lower(): d.version
+            for d in metadata.distributions(path=_PATH)}
 
 
 def pytest_sessionstart(session):

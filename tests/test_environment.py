@@ -54,3 +54,15 @@ def test_the_session_compares_installed_packages():
     now = plugin._installed()
     assert now.get("torch") and now == plugin._installed()
     assert sys.executable  # the interpreter whose packages are compared
+
+
+def test_a_folder_put_on_sys_path_installs_nothing(tmp_path, monkeypatch):
+    """setuptools puts its _vendor folder, with the dist-info of what it vendors, on sys.path
+    when imported (torch's GPU stack imports it): the session compares what is installed."""
+    from pagerun import plugin
+
+    before = plugin._installed()
+    (tmp_path / "vendored-1.0.dist-info").mkdir()
+    (tmp_path / "vendored-1.0.dist-info" / "METADATA").write_text("Name: vendored\nVersion: 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "vendored" not in plugin._installed() and plugin._installed() == before
