@@ -77,6 +77,10 @@ VOLATILE = [
     (re.compile(r"\bpid[ =]\d+"), "pid <pid>"),
     # a size a program picks by timing itself (``batch calibrated: 4096``)
     (re.compile(rf"\bcalibrated: {_NUM}"), "calibrated: <n>"),
+    # model FLOPs utilisation: a measured share of the peak (``MFU: 61.7% of ...``)
+    (re.compile(rf"\bMFU: {_NUM}%"), "MFU: <share>%"),
+    # the port of an address in an error message (``Connection closed by peer [127.0.0.1]:29083``)
+    (re.compile(r"(\[[\d.:a-fA-F]+\]):\d{2,5}\b"), r"\1:<port>"),
 ]
 
 BOUNDED = re.compile(rf"(?P<fig>{_NUM})(?P<pad>\s*)\((?P<op><=|<|>=|>|==|≤|≥) ?(?P<bound>{_NUM})")
@@ -119,6 +123,9 @@ _ENV_MESSAGES = [
     r"|CUDA driver initialization failed, you might not have a CUDA gpu)",
     # NumPy missing, or built for another ABI than torch's
     r"Failed to initialize NumPy: ",
+    # Python 3.12+ compiling an installed package's file that has no cached bytecode (an install
+    # with `pip --no-compile`, a read-only environment): torchao's quant_api.py, say
+    r"invalid escape sequence ",
 ]
 ENVIRONMENT_WARNINGS = re.compile(
     rf"^(?P<file>[^\n]*?):(?P<line>\d+): \w*Warning: (?:{'|'.join(_ENV_MESSAGES)})[^\n]*\n"
@@ -127,13 +134,16 @@ ENVIRONMENT_WARNINGS = re.compile(
 
 def _drop_environment_warning(m: re.Match) -> str:
     """The warning goes, and the line after it if it is the warning's source line: the line the
-    file has at LINE where this machine can read it, else any indented line after a location in
-    an installed package (torch's own code, printed on the machine that recorded it)."""
+    file has at LINE where this machine can read it, else any indented line after a location
+    outside this checkout (an installed package, in site-packages or a folder `pip --target`
+    filled, printed on the machine that recorded it)."""
     src = m.group("src")
     if src is None:
         return ""
-    real = linecache.getline(m.group("file"), int(m.group("line"))).strip()
-    ours = real == src.strip() if real else "-packages/" in m.group("file")
+    file = m.group("file")
+    real = linecache.getline(file, int(m.group("line"))).strip()
+    ours = real == src.strip() if real else (file.startswith("/")
+                                             and not file.startswith(str(ROOT) + "/"))
     return "" if ours else src
 
 
