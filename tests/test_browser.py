@@ -288,7 +288,13 @@ def test_copy_button_copies_the_code(clean):
     b = clean
     b.goto(CHAPTER)
     button = "button[data-md-type='copy']"  # Material 9.8; earlier versions: button.md-clipboard
+    # content.lazy (mkdocs.yml): a block gets its button when it scrolls into view
+    assert b.page.locator(button).count() < b.page.locator("div.highlight pre").count()
+    last = b.page.locator("div.highlight pre >> visible=true").last
+    last.scroll_into_view_if_needed()
+    last.locator(button).wait_for()
     block = b.page.locator("div.highlight pre").filter(has=b.page.locator(button)).first
+    block.scroll_into_view_if_needed()
     expected = block.locator("code").inner_text().strip()
     block.hover()
     block.locator(button).click()
