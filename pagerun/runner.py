@@ -136,7 +136,7 @@ def warm_on() -> bool:
         return False
     from pagerun import warmpool
 
-    return warmpool.usable()
+    return warmpool.cold_reason() is None
 
 
 def warm_commands(block: Block) -> list[tuple[dict, list[str]]] | None:

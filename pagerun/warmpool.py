@@ -300,22 +300,22 @@ class Cold(RuntimeError):
     """The fork server cannot start programs as a fresh interpreter would (the reason)."""
 
 
-_COLD: list[str] = []  # why programs start as fresh interpreters, once known
+_COLD: str | None = None  # why programs start as fresh interpreters, once known
 
 
-def usable() -> bool:
-    """Whether programs can start warm here; if not, warn once, saying why."""
-    if not _COLD:
+def cold_reason() -> str | None:
+    """None where programs can start warm here; else why not (warned once)."""
+    global _COLD
+    if _COLD is None:
         try:
             address()
-            return True
         except Cold as e:
             with _LOCK:
-                if not _COLD:
-                    _COLD.append(str(e))
+                if _COLD is None:
+                    _COLD = str(e)
                     warnings.warn(f"pagerun: every program starts as a fresh interpreter: {e}",
                                   stacklevel=2)
-    return False
+    return _COLD
 
 
 def address() -> str:
