@@ -290,14 +290,14 @@ def test_copy_button_copies_the_code(clean):
     button = "button[data-md-type='copy']"  # Material 9.8; earlier versions: button.md-clipboard
     # content.lazy (mkdocs.yml): a block gets its button when it scrolls into view
     assert b.page.locator(button).count() < b.page.locator("div.highlight pre").count()
-    last = b.page.locator("div.highlight pre >> visible=true").last
-    last.scroll_into_view_if_needed()
-    last.locator(button).wait_for()
-    block = b.page.locator("div.highlight pre").filter(has=b.page.locator(button)).first
+    # one element, held: a locator such as "the first block with a button" is looked up again
+    # at each use, and finds another block once scrolling has mounted more buttons
+    block = b.page.locator("div.highlight pre >> visible=true").last.element_handle()
     block.scroll_into_view_if_needed()
-    expected = block.locator("code").inner_text().strip()
+    block.wait_for_selector(button)
+    expected = block.query_selector("code").inner_text().strip()
     block.hover()
-    block.locator(button).click()
+    block.query_selector(button).click()
     b.page.wait_for_selector(".md-dialog--active")
     copied = b.page.evaluate("navigator.clipboard.readText()").strip()
     assert copied == expected
