@@ -18,18 +18,30 @@ import pytest
 from pagerun import pages, runner, warmpool
 
 ROOT = Path(__file__).resolve().parent.parent
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+ARGS = ["--standalone", "--nproc-per-node=2"]
+
+
+def _torchrun() -> list[str]:
+    """torchrun as a page block's shell runs it: its agent started by the fork server (the
+    shim's `torchrun`, compared with the real agent in tests/test_engine.py), the real one
+    without the server."""
+    if runner.warm_on():
+        return [os.path.join(warmpool.agent_dir(), "torchrun"), *ARGS]
+    return [sys.executable, "-m", "torch.distributed.run", *ARGS]
 
 
 def _env(marker: str, tmp: Path) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", DDP_TEST_MARKER=marker)
+    # a block's environment (its PATH has the real torchrun after the shim's)
+    env = dict(runner.env(), OMP_NUM_THREADS="1", DDP_TEST_MARKER=marker)
     env["TMPDIR"] = str(tmp)  # resume.py keeps its checkpoints there: a killed job leaves them behind
     env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # see docs/en/ddp/multinode.md#restarts
     return env
 
 
 def _left_behind(marker: str) -> list[int]:
-    """PIDs of processes that still carry this test's marker in their environment."""
+    """PIDs of processes that still carry this test's marker in their environment. The agent and
+    the workers forked by the server do not show it in /proc, but the clients that stand for them
+    (pagerun/_client.py, one per process, alive as long as it is) do."""
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -44,7 +56,7 @@ def _left_behind(marker: str) -> list[int]:
 def _run(args: list[str], marker: str, tmp: Path, timeout: int = 90) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
     env = warmpool.worker_env(_env(marker, tmp))  # workers start warm, as in page blocks
-    proc = subprocess.run(TORCHRUN + args, cwd=ROOT, env=env, capture_output=True,
+    proc = subprocess.run(_torchrun() + args, cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     return proc, time.monotonic() - t0
 
@@ -106,7 +118,7 @@ def _killed_job():
     started, lines = [], []
     try:
         env = warmpool.worker_env(_env(marker, tmp))
-        proc = subprocess.Popen(TORCHRUN + ["snippets/ddp/resume.py", "--kill-at-step", "3"],
+        proc = subprocess.Popen(_torchrun() + ["snippets/ddp/resume.py", "--kill-at-step", "3"],
                                 cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
 
