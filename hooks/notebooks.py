@@ -28,11 +28,20 @@ try:  # mkdocs-jupyter builds a new nbconvert exporter, templates and all, for e
     for _name in ("HTMLExporter", "MarkdownExporter"):  # once, though serve reloads the hooks
         if not getattr(getattr(_nbc, _name), "_reused", False):
             setattr(_nbc, _name, _reuse(getattr(_nbc, _name)))
-    # `mkdocs serve` rebuilds every page after each edit: a notebook whose content did not
-    # change is not converted again (in this process; a cold build converts everything)
+    # A notebook whose content did not change is not converted again: `mkdocs serve` rebuilds
+    # every page after each edit, and the next build finds it in .cache/build
+    # (pagerun/buildcache.py: named by the notebook, the options, the versions of what renders
+    # it and these hooks; a cold build converts everything)
     import hashlib
+    import os
 
     import mkdocs_jupyter.convert as _convert
+
+    from pagerun import buildcache
+
+    _SALT = buildcache.salt(("mkdocs-jupyter", "nbconvert", "nbformat", "pygments", "jinja2",
+                             "mistune", "beautifulsoup4", "pymdown-extensions"),
+                            ("notebooks.py", "speed.py"))
 
     def _memo(fn):
         done = {}
@@ -42,9 +51,18 @@ try:  # mkdocs-jupyter builds a new nbconvert exporter, templates and all, for e
                 digest = hashlib.sha256(f.read()).hexdigest()
             key = (str(nb_path), digest, args, repr(sorted(kwargs.items())))
             if key not in done:
-                done[key] = fn(nb_path, *args, **kwargs)
+                kind = fn.__name__  # nb2html, nb2md
+                where = os.path.relpath(nb_path, buildcache.ROOT)
+                disk = buildcache.name(_SALT, kind, where, digest, args, key[3])
+                text = buildcache.get(kind, disk)
+                if text is None:
+                    text = fn(nb_path, *args, **kwargs)
+                    if isinstance(text, str):
+                        buildcache.put(kind, disk, text)
+                done[key] = text
             return done[key]
         convert._memo = True
+        convert._real = fn
         return convert
 
     for _name in ("nb2html", "nb2md"):
