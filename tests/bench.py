@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pagerun import runner
+
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {"strict build": 10.0, "whole suite": 120.0}
 
@@ -108,7 +110,18 @@ def main() -> int:
         first = first.replace("torchrun --standalone ", "torchrun ")
         more = " ..." if len(lines) > 1 or len(first) > 96 else ""
         print(f"  {b['cpu']:6.1f} s {b['seconds']:6.1f} s  {first[:90]}{more}")
+    if blocks and proc.returncode == 0:
+        write_costs(blocks)
+        print(f"\nthe order the blocks start in: {runner.COSTS.relative_to(runner.ROOT)} "
+              "(commit it with the change that made blocks longer or shorter)")
     return status | proc.returncode
+
+
+def write_costs(blocks: list[dict]) -> None:
+    """pagerun/block_costs.json: how long each block ran, which the suite starts first."""
+    costs = {" ".join(b["command"].split()): b["seconds"] for b in blocks}
+    runner.COSTS.write_text(json.dumps(dict(sorted(costs.items())), indent=0,
+                                       ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def report(name: str, seconds: float, note: str) -> None:

@@ -507,3 +507,24 @@ def test_a_warm_programs_spawn_children_start_warm_unless_it_asks_for_its_parent
             f"term -{signal.SIGTERM.value} {{}} __mp_main__"]
     assert cold.output.splitlines() == [r.format(False) for r in rows], cold.output
     assert warm.splitlines() == [r.format(not parent) for r in rows], warm
+
+
+def test_the_longest_blocks_start_first(monkeypatch):
+    """prefetch starts blocks in the order of pagerun/block_costs.json (how long each ran in
+    the last `make bench`), longest first; a block not measured yet starts before the short
+    ones, by a guess from its kind."""
+    blocks = {name: _block(code) for name, code in [
+        ("short", "python snippets/a.py\n"), ("long", "python snippets/b.py --big\n"),
+        ("new-torchrun", "torchrun --standalone --nproc-per-node=2 snippets/c.py\n"),
+        ("new-warm", "python snippets/d.py\n")]}
+    measured = runner._measured.__wrapped__()  # the file itself, checked below
+    monkeypatch.setattr(runner, "_measured", lambda: {"python snippets/a.py": 0.5,
+                                                      "python snippets/b.py --big": 40.0})
+    order = sorted(blocks, key=lambda name: -runner._cost(blocks[name]))
+    assert order[0] == "long" and order[-1] == "short", order
+    assert order.index("new-torchrun") < order.index("new-warm"), order
+    # the file: a command of a page for each entry but a few, seconds for each
+    commands = {runner.command_of(b) for b in pages.all_blocks()}
+    assert measured and all(isinstance(s, (int, float)) and s >= 0 for s in measured.values())
+    assert len(set(measured) & commands) >= 0.8 * len(measured), \
+        "pagerun/block_costs.json is out of date: `make bench` writes it again"
