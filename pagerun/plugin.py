@@ -72,9 +72,10 @@ class BlockItem(pytest.Item):
 
 
 def pytest_collection_finish(session):
-    """Run the selected blocks in the background, DOCS_JOBS at a time (default: three times the number
-    of cores: many blocks spend seconds waiting on timeouts, rendezvous and restarts). Not for
-    ``--collect-only``, which runs nothing."""
+    """Run the selected blocks in the background, DOCS_JOBS at a time (default: one and a half
+    per core, at least 2: blocks spend seconds waiting on timeouts, rendezvous and restarts, but
+    more of them at once cost more CPU than their waits free; measured on 2 cores, CONTRIBUTING
+    "Benchmark"). Not for ``--collect-only``, which runs nothing."""
     if session.config.option.collectonly:
         return
     blocks, every = [], None
@@ -85,7 +86,7 @@ def pytest_collection_finish(session):
             path = item.callspec.params["path"]
             every = every if every is not None else pages.all_blocks()
             blocks += [b for b in every if path in b.snippets]
-    jobs = int(os.environ.get("DOCS_JOBS", 3 * (os.cpu_count() or 1)))
+    jobs = int(os.environ.get("DOCS_JOBS", max(2, 3 * (os.cpu_count() or 1) // 2)))
     # slow work a test module declares (pagerun_background() -> [(key, fn, args)]) goes first
     modules = {id(m): m for m in (getattr(i, "module", None) for i in session.items) if m}
     for module in modules.values():
