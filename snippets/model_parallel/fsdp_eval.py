@@ -116,7 +116,7 @@ if rank == 0:
         hits = sum(int((plain(x).argmax(1) == y).sum()) for b in everyone for x, y in b)
     seen = sum(len(y) for b in everyone for _, y in b)
     print(f"full state dict, rank 0 alone:       {hits} of {seen}")
-# the ranks leave together: rank 0 tearing down its process group after rank 1 had already
-# exited aborted it ("terminate called without an active exception") in 2 of about 100 runs
+# the ranks leave together: rank 0 tearing down its process group after rank 1 had
+# exited aborted it ("terminate called without an active exception") in 2 of ~100 runs
 dist.barrier()
 dist.destroy_process_group()
