@@ -29,19 +29,36 @@ try:  # mkdocs-jupyter builds a new nbconvert exporter, templates and all, for e
         if not getattr(getattr(_nbc, _name), "_reused", False):
             setattr(_nbc, _name, _reuse(getattr(_nbc, _name)))
     # A notebook whose content did not change is not converted again: `mkdocs serve` rebuilds
-    # every page after each edit, and the next build finds it in .cache/build
-    # (pagerun/buildcache.py: named by the notebook, the options, the versions of what renders
-    # it and these hooks; a cold build converts everything)
+    # every page after each edit, and the next build finds its HTML in .cache/build (gitignored;
+    # DOCS_BUILD_CACHE=DIR elsewhere: `make bench` times a cold build, as CI's). A file there is
+    # named by a hash of the notebook, the options, the versions of what renders it and these
+    # hooks, so one that exists is right; a cold build converts everything.
     import hashlib
     import os
+    import tempfile
+    from importlib import metadata
+    from pathlib import Path
 
     import mkdocs_jupyter.convert as _convert
 
-    from pagerun import buildcache
+    from pagerun.pages import ROOT
 
-    _SALT = buildcache.salt(("mkdocs-jupyter", "nbconvert", "nbformat", "pygments", "jinja2",
-                             "mistune", "beautifulsoup4", "pymdown-extensions"),
-                            ("notebooks.py", "speed.py"))
+    _CACHE = Path(os.environ.get("DOCS_BUILD_CACHE") or ROOT / ".cache" / "build")
+    _SALT = hashlib.sha256(repr([metadata.version(name) for name in (
+        "mkdocs-jupyter", "nbconvert", "nbformat", "pygments", "jinja2", "mistune",
+        "beautifulsoup4", "pymdown-extensions")]).encode())
+    for _hook in ("notebooks.py", "speed.py"):
+        _SALT.update((ROOT / "hooks" / _hook).read_bytes())
+
+    def _keep(path: Path, text: str) -> None:
+        try:  # written whole, then renamed; a read-only checkout keeps nothing
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except OSError:
+            pass
 
     def _memo(fn):
         done = {}
@@ -51,18 +68,17 @@ try:  # mkdocs-jupyter builds a new nbconvert exporter, templates and all, for e
                 digest = hashlib.sha256(f.read()).hexdigest()
             key = (str(nb_path), digest, args, repr(sorted(kwargs.items())))
             if key not in done:
-                kind = fn.__name__  # nb2html, nb2md
-                where = os.path.relpath(nb_path, buildcache.ROOT)
-                disk = buildcache.name(_SALT, kind, where, digest, args, key[3])
-                text = buildcache.get(kind, disk)
+                h = _SALT.copy()
+                h.update(repr((fn.__name__, os.path.relpath(nb_path, ROOT), *key[1:])).encode())
+                kept = _CACHE / h.hexdigest()[:32]
+                text = kept.read_text(encoding="utf-8") if kept.exists() else None
                 if text is None:
                     text = fn(nb_path, *args, **kwargs)
                     if isinstance(text, str):
-                        buildcache.put(kind, disk, text)
+                        _keep(kept, text)
                 done[key] = text
             return done[key]
         convert._memo = True
-        convert._real = fn
         return convert
 
     for _name in ("nb2html", "nb2md"):

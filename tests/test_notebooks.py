@@ -97,18 +97,16 @@ def test_notebooks_run(tmp_path, monkeypatch):
 
 def test_a_rendered_notebook_is_kept_for_the_next_build_and_only_for_the_same_input(tmp_path,
                                                                                     monkeypatch):
-    """hooks/notebooks.py keeps each notebook's HTML in .cache/build (pagerun/buildcache.py):
+    """hooks/notebooks.py keeps each notebook's HTML in .cache/build:
     a second build with the same notebook reads it instead of rendering it; a changed notebook,
     or other options, is rendered again."""
     import importlib.util
-
-    from pagerun import buildcache
 
     spec = importlib.util.spec_from_file_location("notebook_hooks",
                                                   pages.ROOT / "hooks" / "notebooks.py")
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
-    monkeypatch.setattr(buildcache, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(hooks, "_CACHE", tmp_path / "cache")
     calls = []
 
     def nb2html(path, **options):  # stands for mkdocs-jupyter's
@@ -119,7 +117,7 @@ def test_a_rendered_notebook_is_kept_for_the_next_build_and_only_for_the_same_in
     nb.write_text('{"cells": []}')
     first, second = hooks._memo(nb2html), hooks._memo(nb2html)  # two builds
     assert first(str(nb), theme="light") == second(str(nb), theme="light")
-    assert len(calls) == 1 and len(list((tmp_path / "cache" / "nb2html").iterdir())) == 1
+    assert len(calls) == 1 and len(list((tmp_path / "cache").iterdir())) == 1
     second(str(nb), theme="dark")
     nb.write_text('{"cells": [1]}')
     assert "[1]" in hooks._memo(nb2html)(str(nb), theme="light")
