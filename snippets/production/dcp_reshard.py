@@ -74,7 +74,8 @@ if args.save:
     model(torch.randn(4, 16, device=device)).square().mean().backward()
     opt.step()  # weights no longer their initial values
     if rank == 0:
-        shutil.rmtree(args.save, ignore_errors=True)
+        shutil.rmtree(args.save, ignore_errors=True)  # no files of an earlier run
+    dist.barrier()  # ... before any rank writes its shards there
     dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=args.save)
     full = get_model_state_dict(model, options=FULL)  # a reference, to compare with
     if rank == 0:
