@@ -15,7 +15,11 @@ Targets: performance >= 90, accessibility 100. Lighthouse comes from npm, the br
 is Debian's /usr/bin/chromium (never a downloaded one): `npm install --global
 lighthouse@12.2.3` (13 needs Node 22; or --prefix /work/tools); found through $LIGHTHOUSE, then `lighthouse` on PATH, then
 /work/tools/node_modules/.bin/lighthouse. Scores are noisy on a busy 2-core machine: the
-spread (min-max) of the runs and Lighthouse's CPU index are printed too.
+spread (min-max) of the runs and Lighthouse's CPU index are printed too, and when each run's
+first paint was seen: headless Chromium here shows it either at about 0.2 s or a whole second
+(or two) later, whatever the page (the same with its JavaScript and images removed), and
+Lighthouse's simulated LCP then counts every main-thread task before that moment, so the same
+files score 60 in one run and 95 in the next.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ def lighthouse(base: str, pages: list[str], runs: int) -> int:
     print(f"lighthouse ({runs} runs per page, mobile; median [min-max]; CPU index: "
           "Lighthouse's benchmarkIndex, lower = busier machine):")
     for page in pages:
-        perf, a11y, tbt, lcp, bench, failed = [], [], [], [], [], set()
+        perf, a11y, tbt, lcp, bench, seen, failed = [], [], [], [], [], [], set()
         for _ in range(runs):
             with tempfile.TemporaryDirectory(prefix="lighthouse-") as tmp:
                 out = Path(tmp) / "report.json"
@@ -86,6 +90,10 @@ def lighthouse(base: str, pages: list[str], runs: int) -> int:
             tbt.append(audits["total-blocking-time"]["numericValue"])
             lcp.append(audits["largest-contentful-paint"]["numericValue"] / 1000)
             bench.append(report["environment"]["benchmarkIndex"])  # the CPU's speed now
+            # when this Chromium really showed the first text: about 0.2 s, or a second or
+            # two later with the page's work all done (seen with the page's JavaScript and
+            # images removed too); the simulation then counts every task before it
+            seen.append(audits["metrics"]["details"]["items"][0]["observedFirstContentfulPaint"])
             failed |= {ref["id"] for ref in cats["accessibility"]["auditRefs"]
                        if ref["weight"] and audits[ref["id"]]["score"] not in (None, 1)}
         row = (page, statistics.median(perf), statistics.median(a11y))
@@ -94,6 +102,7 @@ def lighthouse(base: str, pages: list[str], runs: int) -> int:
               f"a11y {row[2]:5.0f} [{min(a11y)}-{max(a11y)}]  "
               f"TBT {statistics.median(tbt):5.0f} ms  "
               f"LCP {statistics.median(lcp):4.1f} s  "
+              f"first paint seen {'/'.join(f'{x / 1000:.1f}' for x in seen)} s  "
               f"CPU index {min(bench):.0f}-{max(bench):.0f}"
               + (f"  a11y fails: {', '.join(sorted(failed))}" if failed else ""),
               flush=True)
