@@ -5,9 +5,9 @@
 They are generated files: nothing is written into ``docs/``. A picture is drawn again when its
 recordings or ``pagerun/pictures.py`` change; ``.cache/pictures/`` (gitignored) keeps the last
 drawing of each, so a build that finds it unchanged does not import matplotlib. What is missing
-there is drawn by a process of its own (``python -m pagerun.pictures``), started when the first
-language's files are listed and awaited before the files are copied (``on_env``): it draws on
-the second core while this one renders the pages. A picture drawn from a GPU recording sits in
+there is drawn by a process of its own (``python -m pagerun.pictures``), started as soon as the
+configuration is read and awaited before the files are copied (``on_env``): it draws on the
+second core while this one sets up the plugins and renders the pages. A picture drawn from a GPU recording sits in
 ``<!-- picture: NAME -->`` … ``<!-- /picture -->`` on its page: without that recording the block
 becomes one sentence saying a GPU run draws it.
 """
@@ -39,12 +39,17 @@ def _draw_missing() -> None:
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
+@event_priority(100)  # before the plugins' own: the plugins take a second to set up
+def on_config(config):
+    _draw_missing()
+    return config
+
+
 @event_priority(-200)  # after mkdocs-static-i18n (-100), which rebuilds every file object
 def on_files(files: Files, config) -> Files:
     i18n = config.plugins.get("i18n")
     lang = getattr(i18n, "current_language", None) or "en"
     default = getattr(i18n, "default_language", None) or "en"
-    _draw_missing()
     for name in pictures.PICTURES:
         if not pictures.available(name):  # a GPU picture before any GPU run: no file
             continue
