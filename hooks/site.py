@@ -348,7 +348,7 @@ def lighter_code(html: str) -> str:
 
 def _drop_alternates(html: str) -> str:
     """ALTERNATE removed from the head (the regex, which starts with whitespace, is slow over a
-    whole notebook page)."""
+    whole long page)."""
     end = html.find("</head>")
     if end < 0:
         return ALTERNATE.sub("", html)

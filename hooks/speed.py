@@ -3,8 +3,8 @@ byte for byte the same (CONTRIBUTING.md, "Benchmark"). Nothing is kept between p
 cold build does all of its work once.
 
 - Pygments highlights every code block four times: on the English page, on the Chinese page,
-  and in the two languages' notebooks; a page and its translation show the same programs and
-  the same recorded outputs. ``highlight`` remembers each result by the code and the lexer's and
+  and on the two languages' notebook pages; a page and its translation show the same programs
+  and the same recorded outputs. ``highlight`` remembers each result by the code and the lexer's and
   formatter's class and options, so the second language reuses the first one's. Every
   formatter also rebuilds its whole style table when it is made (one per block); that table
   depends on the style and the class prefix only.
@@ -41,10 +41,8 @@ def highlight(code, lexer, formatter, outfile=None):
 
 
 highlight._real = _REAL
-# every module that imported pygments' own function by name (nbconvert's _pygments_highlight
-# imports it from pygments at each call)
-for _name in ("pygments", "pymdownx.highlight", "mkdocs_jupyter.nbconvert2",
-              "nbconvert.filters.markdown_mistune"):
+# every module that imported pygments' own function by name
+for _name in ("pygments", "pymdownx.highlight"):
     try:
         _module = importlib.import_module(_name)
     except ImportError:  # pragma: no cover - all are dependencies
@@ -117,8 +115,7 @@ def get_lexer_by_name(_alias, **options):
 
 
 get_lexer_by_name._real = _REAL_LEXER
-for _name in ("pygments.lexers", "pymdownx.highlight", "mkdocs_jupyter.nbconvert2",
-              "nbconvert.filters.markdown_mistune"):
+for _name in ("pygments.lexers", "pymdownx.highlight"):
     try:
         _module = importlib.import_module(_name)
     except ImportError:  # pragma: no cover
@@ -128,8 +125,8 @@ for _name in ("pygments.lexers", "pymdownx.highlight", "mkdocs_jupyter.nbconvert
         _module.get_lexer_by_name = get_lexer_by_name
 
 # Material's search plugin removes data-search-* attributes from every page's HTML with a regex
-# (on_page_context), the notebooks' megabyte pages included; a page without one is left as it is
-# without running it.
+# (on_page_context), over each page's whole HTML; a page without one is left as it is without
+# running it.
 try:
     import material.plugins.search.plugin as _search_plugin
 

@@ -1,5 +1,5 @@
 """One runnable notebook per chapter, generated from ``snippets/<chapter>/*.py`` (the MkDocs hook
-``hooks/notebooks.py`` calls ``write_all`` before each build and ``on_files``).
+``hooks/notebooks.py`` calls ``write_all`` before each build).
 
 Nothing is stored twice: before each build, ``docs/<lang>/notebooks/<chapter>.ipynb`` is written
 (git-ignored) from the snippet files and from the commands that the pages run. Each program gets
@@ -9,10 +9,10 @@ programs parse their command line and some start several processes, so they run 
 not inside the kernel. Cells for commands that need a GPU are tagged ``needs_cuda`` /
 ``needs_2_gpus``.
 
-mkdocs-jupyter renders them. With mkdocs-static-i18n it needs help: i18n rebuilds every file
-object after mkdocs-jupyter has marked the notebooks as pages, and the ``.ipynb`` would be copied
-raw; ``on_files`` below (running after i18n) marks them as pages again. ``tests/test_notebooks.py``
-executes the notebooks with nbclient.
+Beside each notebook, ``<chapter>.md`` shows it as a page of the site (``as_page``): the same
+cells, the code highlighted as on every other page; the ``.ipynb`` is published as it is, for
+download. ``pages.pages()`` and the test collector leave that folder out (its commands are the
+chapters' own). ``tests/test_notebooks.py`` executes the notebooks with nbclient.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ TEXT = {
                   "started from a shell cell with the chapter's own command. Run the "
                   "cells from the top; the first one creates the folder. "
                   "[Download this notebook]({chapter}.ipynb)."),
-        "program": "## {path}",  # plain text: mkdocs-jupyter drops `code` from its table of contents
+        "program": "## {path}",  # the file name as the heading: one entry of the contents each
         "run": "The chapter runs it with:",
         "gpu": "**Needs a GPU** (`{mark}`): on a machine without one the program says so and stops.",
         "writefile": "The next cell writes the program to disk; the cells after it run it.",
@@ -47,7 +47,7 @@ TEXT = {
                   "展示的那个文件，运行方式也与章节相同：先用 `%%writefile` 写到 `snippets/{chapter}/`，"
                   "再在 shell 单元中用章节里的命令启动。请从上往下依次运行，第一个单元会创建目录。"
                   "[下载这个 notebook]({chapter}.ipynb)。"),
-        "program": "## {path}",  # plain text: mkdocs-jupyter drops `code` from its table of contents
+        "program": "## {path}",  # the file name as the heading: one entry of the contents each
         "run": "章节中的运行命令：",
         "gpu": "**需要 GPU**（`{mark}`）：在没有 GPU 的机器上，程序会说明这一点并退出。",
         "writefile": "下一个单元把程序写入文件，之后的单元运行它。",
@@ -158,15 +158,41 @@ def target(chapter: str, lang: str) -> Path:
     return pages.DOCS / lang / "notebooks" / f"{chapter}.ipynb"
 
 
+def as_page(chapter: str, nb: dict) -> str:
+    """The notebook as a page of the site: its cells in order, Markdown as it is and each code
+    cell a code block (a cell magic as the block's title), the links made the page's own."""
+    cells = []
+    for i, cell in enumerate(nb["cells"]):
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            if i == 0:  # the intro: links from this page's Markdown file, not from the notebook
+                text = text.replace(f"](../../{chapter}/)", f"](../{chapter}/index.md)")
+                text = text.replace("](../../)", "](../index.md)")
+            cells.append(text)
+            continue
+        first, _, rest = text.partition("\n")
+        if first.startswith("%%"):  # %%writefile PATH, %%bash
+            lang_ = "python" if first.startswith("%%writefile") else "bash"
+            cells.append(f'```{lang_} title="{first}"\n{rest.rstrip()}\n```')
+        else:
+            cells.append(f"```{'bash' if text.startswith('!') else 'python'}\n{text}\n```")
+    # search: the chapters hold the same programs and text
+    return "---\nsearch:\n  exclude: true\n---\n\n" + "\n\n".join(cells) + "\n"
+
+
 def write_all() -> list[Path]:
+    """Each chapter's notebook and its page, ``docs/<lang>/notebooks/<chapter>.ipynb`` and
+    ``.md`` (git-ignored; each written only when it changed: `mkdocs serve` stays calm)."""
     written = []
     for lang in pages.LANGS:
         blocks = _blocks(lang)  # read afresh for each build (mkdocs serve), once per language
         for chapter in chapters():
             path = target(chapter, lang)
-            text = json.dumps(build(chapter, lang, blocks), ensure_ascii=False, indent=1) + "\n"
-            if not path.exists() or path.read_text(encoding="utf-8") != text:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text, encoding="utf-8")  # only when changed: `mkdocs serve` stays calm
+            nb = build(chapter, lang, blocks)
+            for out, text in ((path, json.dumps(nb, ensure_ascii=False, indent=1) + "\n"),
+                              (path.with_suffix(".md"), as_page(chapter, nb))):
+                if not out.exists() or out.read_text(encoding="utf-8") != text:
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_text(text, encoding="utf-8")
             written.append(path)
     return written

@@ -105,8 +105,14 @@ def _sibling_modules_of(snippet: str, _mtime_ns: int) -> list[str]:
     return [m for m in modules if (ROOT / m).is_file()]
 
 def pages(lang: str | None = None) -> list[Path]:
+    """The pages written by hand: not the notebooks' pages, which a build generates
+    (``pagerun.notebooks``) from the programs and commands of these."""
     langs = [lang] if lang else LANGS
-    return sorted(p for l in langs for p in (DOCS / l).rglob("*.md"))
+    return sorted(p for l in langs for p in (DOCS / l).rglob("*.md") if not generated(p))
+
+
+def generated(page: Path) -> bool:
+    return page.parent.name == "notebooks" and page.parent.parent.parent == DOCS
 
 
 def expand(text: str) -> str:

@@ -41,7 +41,7 @@ def pytest_report_header(config):
 
 def pytest_collect_file(file_path, parent):
     if (parent.config.option.codeblocks and file_path.suffix == ".md"
-            and pages.DOCS in file_path.parents):
+            and pages.DOCS in file_path.parents and not pages.generated(file_path)):
         return PageFile.from_parent(parent, path=file_path)
 
 

@@ -80,8 +80,7 @@ def main() -> int:
         before = load()
         # a cold build, as CI's: no pictures drawn by an earlier build (pagerun/pictures.py)
         build_s, proc = timed([sys.executable, "-m", "mkdocs", "build", "--strict", "-d",
-                               f"{tmp}/site"], dict(env, DOCS_PICTURE_CACHE=f"{tmp}/pictures",
-                                         DOCS_BUILD_CACHE=f"{tmp}/build"))
+                               f"{tmp}/site"], dict(env, DOCS_PICTURE_CACHE=f"{tmp}/pictures"))
         if proc.returncode:
             sys.exit(proc.stdout + proc.stderr)
         report("strict build", build_s, f"{before} before")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -95,30 +96,28 @@ def test_notebooks_run(tmp_path, monkeypatch):
     assert not problems, "\n\n".join(problems)
 
 
-def test_a_rendered_notebook_is_kept_for_the_next_build_and_only_for_the_same_input(tmp_path,
-                                                                                    monkeypatch):
-    """hooks/notebooks.py keeps each notebook's HTML in .cache/build:
-    a second build with the same notebook reads it instead of rendering it; a changed notebook,
-    or other options, is rendered again."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("notebook_hooks",
-                                                  pages.ROOT / "hooks" / "notebooks.py")
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
-    monkeypatch.setattr(hooks, "_CACHE", tmp_path / "cache")
-    calls = []
-
-    def nb2html(path, **options):  # stands for mkdocs-jupyter's
-        calls.append(path)
-        return f"<p>{Path(path).read_text()} {options}</p>"
-
-    nb = tmp_path / "a.ipynb"
-    nb.write_text('{"cells": []}')
-    first, second = hooks._memo(nb2html), hooks._memo(nb2html)  # two builds
-    assert first(str(nb), theme="light") == second(str(nb), theme="light")
-    assert len(calls) == 1 and len(list((tmp_path / "cache").iterdir())) == 1
-    second(str(nb), theme="dark")
-    nb.write_text('{"cells": [1]}')
-    assert "[1]" in hooks._memo(nb2html)(str(nb), theme="light")
-    assert len(calls) == 3
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_notebook_page_shows_every_cell_in_order(chapter):
+    """docs/<lang>/notebooks/<chapter>.md (pagerun.notebooks.as_page): each Markdown cell as it
+    is, each code cell in a code block of its own (a cell magic as the block's title), in the
+    notebook's order; its links are the page's (to the chapter's page and the .ipynb beside it),
+    and search leaves it out. A cell dropped, reordered or changed fails."""
+    nb = notebooks.build(chapter, "zh")
+    page = notebooks.as_page(chapter, nb)
+    assert page.startswith("---\nsearch:\n  exclude: true\n---\n")
+    at, links = 0, []
+    for cell in nb["cells"]:
+        src = _source(cell)
+        if cell["cell_type"] == "code":
+            first, _, rest = src.partition("\n")
+            src = f'title="{first}"\n{rest.rstrip()}\n```' if first.startswith("%%") else src
+        else:
+            src = src.replace(f"](../../{chapter}/)", f"](../{chapter}/index.md)")
+            src = src.replace("](../../)", "](../index.md)")
+            links += re.findall(r"\]\(([^)#:]+)\)", src)
+        found = page.find(src, at)
+        assert found >= 0, f"{chapter}: a cell is missing or out of order:\n{src[:200]}"
+        at = found + len(src)
+    for link in links:  # written beside the page by the same build (write_all)
+        assert link == f"{chapter}.ipynb" or (pages.DOCS / "zh" / link[3:]).exists(), \
+            f"{chapter}: a link to nothing: {link}"
