@@ -56,9 +56,10 @@ def _lighthouse_bin() -> str | None:
 
 
 def _chapter_pages(root: Path) -> list[str]:
-    """Every page a reader reads, both languages: index.html pages, no 404, no notebook."""
+    """Every page a reader reads, both languages: index.html pages (the notebooks' pages too,
+    since they are pages of the site like the others), no 404."""
     rel = (p.parent.relative_to(root).as_posix() for p in root.rglob("index.html"))
-    return sorted("" if r == "." else r + "/" for r in rel if "notebooks" not in r)
+    return sorted("" if r == "." else r + "/" for r in rel)
 
 
 def lighthouse(base: str, pages: list[str], runs: int) -> int:
