@@ -170,12 +170,14 @@ def as_page(chapter: str, nb: dict) -> str:
                 text = text.replace("](../../)", "](../index.md)")
             cells.append(text)
             continue
+        fence = "`" * max(3, 1 + max(map(len, re.findall("`+", text)), default=0))
         first, _, rest = text.partition("\n")
         if first.startswith("%%"):  # %%writefile PATH, %%bash
             lang_ = "python" if first.startswith("%%writefile") else "bash"
-            cells.append(f'```{lang_} title="{first}"\n{rest.rstrip()}\n```')
+            cells.append(f'{fence}{lang_} title="{first}"\n{rest.rstrip()}\n{fence}')
         else:
-            cells.append(f"```{'bash' if text.startswith('!') else 'python'}\n{text}\n```")
+            lang_ = "bash" if text.startswith("!") else "python"
+            cells.append(f"{fence}{lang_}\n{text}\n{fence}")
     # search: the chapters hold the same programs and text
     return "---\nsearch:\n  exclude: true\n---\n\n" + "\n\n".join(cells) + "\n"
 
