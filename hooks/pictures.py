@@ -7,9 +7,9 @@ recordings or ``pagerun/pictures.py`` change; ``.cache/pictures/`` (gitignored) 
 drawing of each, so a build that finds it unchanged does not import matplotlib. What is missing
 there is drawn by a process of its own (``python -m pagerun.pictures``), started as soon as the
 configuration is read and awaited before the files are copied (``on_env``): it draws on the
-second core while this one sets up the plugins and renders the pages. A picture drawn from a GPU recording sits in
-``<!-- picture: NAME -->`` … ``<!-- /picture -->`` on its page: without that recording the block
-becomes one sentence saying a GPU run draws it.
+second core while this one sets up the plugins and renders the pages. A picture drawn from a
+GPU recording sits in ``<!-- picture: NAME -->`` … ``<!-- /picture -->`` on its page: without
+that recording the block becomes one sentence saying a GPU run draws it.
 """
 
 import subprocess
