@@ -417,8 +417,6 @@ def on_post_build(config) -> None:
         lang = next((l for l in others if doc["location"].startswith(f"{l}/")), DEFAULT)
         if lang != DEFAULT:
             doc = dict(doc, location=doc["location"][len(lang) + 1:])
-        if doc["location"].startswith("notebooks/"):
-            continue  # the notebooks repeat the chapters' code: search finds the chapter pages
         # code blocks and recorded outputs stay out of the index (every page loads it): search
         # finds prose, headings and inline code, where every API name a page teaches appears
         doc = dict(doc, text=re.sub(r"<pre>.*?</pre>", "", doc["text"], flags=re.S))

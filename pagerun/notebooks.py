@@ -82,6 +82,15 @@ def _chapter_page(chapter: str, lang: str) -> Path | None:
     return page if page.exists() else None
 
 
+def _chapter_link(chapter: str, lang: str, markdown: bool = False) -> str:
+    """The intro's link to the chapter (the home page where the chapter has none): in the
+    notebook, from the page's address (<lang>/notebooks/<chapter>/); on the page, from its
+    Markdown file, which MkDocs checks and turns into that address."""
+    if _chapter_page(chapter, lang):
+        return f"../{chapter}/index.md" if markdown else f"../../{chapter}/"
+    return "../index.md" if markdown else "../../"
+
+
 def _title(chapter: str, lang: str) -> str:
     page = _chapter_page(chapter, lang)
     if page:
@@ -112,11 +121,9 @@ def build(chapter: str, lang: str, blocks: list[tuple[pages.Block, list[str]]] |
     ``snippets`` (read once per build, not once per chapter), when the caller has them."""
     t = TEXT[lang]
     blocks = _blocks_once(lang) if blocks is None else blocks
-    page = _chapter_page(chapter, lang)
     title = _title(chapter, lang)
-    link = f"../../{chapter}/" if page else "../../"  # the rendered page is <lang>/notebooks/<chapter>/
     cells = [_md(t["title"].format(title=title) + "\n\n" + t["intro"].format(
-                 chapter=chapter, title=title, page=link)),
+                 chapter=chapter, title=title, page=_chapter_link(chapter, lang))),
              _code(f'import os\n\nos.makedirs("snippets/{chapter}", exist_ok=True)')]
     # programs in the order the pages first run them, then any others
     files = sorted((ROOT / "snippets" / chapter).glob("*.py"))
@@ -158,17 +165,15 @@ def target(chapter: str, lang: str) -> Path:
     return pages.DOCS / lang / "notebooks" / f"{chapter}.ipynb"
 
 
-def as_page(chapter: str, nb: dict) -> str:
+def as_page(chapter: str, lang: str, nb: dict) -> str:
     """The notebook as a page of the site: its cells in order, Markdown as it is and each code
-    cell a code block (a cell magic as the block's title), the links made the page's own."""
+    cell a code block (a cell magic as the block's title), the link to the chapter the page's."""
     cells = []
-    for i, cell in enumerate(nb["cells"]):
+    for cell in nb["cells"]:
         text = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
-            if i == 0:  # the intro: links from this page's Markdown file, not from the notebook
-                text = text.replace(f"](../../{chapter}/)", f"](../{chapter}/index.md)")
-                text = text.replace("](../../)", "](../index.md)")
-            cells.append(text)
+            cells.append(text.replace(f"]({_chapter_link(chapter, lang)})",
+                                      f"]({_chapter_link(chapter, lang, markdown=True)})"))
             continue
         fence = "`" * max(3, 1 + max(map(len, re.findall("`+", text)), default=0))
         first, _, rest = text.partition("\n")
@@ -192,7 +197,7 @@ def write_all() -> list[Path]:
             path = target(chapter, lang)
             nb = build(chapter, lang, blocks)
             for out, text in ((path, json.dumps(nb, ensure_ascii=False, indent=1) + "\n"),
-                              (path.with_suffix(".md"), as_page(chapter, nb))):
+                              (path.with_suffix(".md"), as_page(chapter, lang, nb))):
                 if not out.exists() or out.read_text(encoding="utf-8") != text:
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_text(text, encoding="utf-8")

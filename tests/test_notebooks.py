@@ -99,25 +99,32 @@ def test_notebooks_run(tmp_path, monkeypatch):
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_the_notebook_page_shows_every_cell_in_order(chapter):
     """docs/<lang>/notebooks/<chapter>.md (pagerun.notebooks.as_page): each Markdown cell as it
-    is, each code cell in a code block of its own (a cell magic as the block's title), in the
-    notebook's order; its links are the page's (to the chapter's page and the .ipynb beside it),
-    and search leaves it out. A cell dropped, reordered or changed fails."""
+    is (its link targets aside), each code cell in a code block of its own (a cell magic as the
+    block's title), in the notebook's order; every link of its text leads to a file of the site
+    (the chapter's page, the .ipynb beside it), and search leaves it out. A cell dropped,
+    reordered or changed fails."""
     nb = notebooks.build(chapter, "zh")
-    page = notebooks.as_page(chapter, nb)
+    page = notebooks.as_page(chapter, "zh", nb)
     assert page.startswith("---\nsearch:\n  exclude: true\n---\n")
-    at, links = 0, []
+    unlinked = lambda text: re.sub(r"\]\([^)]*\)", "]()", text)  # noqa: E731
+    # the page in its code blocks and the text between them; link targets only in the text
+    parts = re.split(r"(^(`{3,})[^\n]*\n.*?\n\2$)", page, flags=re.M | re.S)
+    prose = [part for i, part in enumerate(parts) if i % 3 == 0]
+    shown = "".join(unlinked(part) if i % 3 == 0 else part
+                    for i, part in enumerate(parts) if i % 3 != 2)
+    at = 0
     for cell in nb["cells"]:
         src = _source(cell)
-        if cell["cell_type"] == "code":
-            first, _, rest = src.partition("\n")
-            src = f'title="{first}"\n{rest.rstrip()}\n```' if first.startswith("%%") else src
-        else:
-            src = src.replace(f"](../../{chapter}/)", f"](../{chapter}/index.md)")
-            src = src.replace("](../../)", "](../index.md)")
-            links += re.findall(r"\]\(([^)#:]+)\)", src)
-        found = page.find(src, at)
+        first, _, rest = src.partition("\n")
+        if cell["cell_type"] == "markdown":
+            src = unlinked(src)
+        elif first.startswith("%%"):
+            src = f'title="{first}"\n{rest.rstrip()}\n```'
+        found = shown.find(src, at)
         assert found >= 0, f"{chapter}: a cell is missing or out of order:\n{src[:200]}"
         at = found + len(src)
-    for link in links:  # written beside the page by the same build (write_all)
-        assert link == f"{chapter}.ipynb" or (pages.DOCS / "zh" / link[3:]).exists(), \
+    for link in re.findall(r"\]\(([^)#:]+)\)", "".join(prose)):
+        # the .ipynb is written beside the page by the same build (write_all)
+        assert link == f"{chapter}.ipynb" or \
+            (pages.DOCS / "zh" / "notebooks" / link).resolve().is_file(), \
             f"{chapter}: a link to nothing: {link}"
