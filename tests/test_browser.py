@@ -284,6 +284,37 @@ def test_language_switch_keeps_the_page(clean, start, target):
     assert b.page.url == f"{b.base}/{target}"
 
 
+def test_dark_mode_toggle_switches_and_is_remembered(clean):
+    """overrides/partials/palette.html: one button shown, a click or Enter switches the scheme,
+    and the next page (any language) opens in the reader's choice, with the other button."""
+    b = clean
+    b.goto(CHAPTER)
+    b.page.evaluate("localStorage.clear()")
+    b.goto(CHAPTER)
+    body = b.page.locator("body")
+    shown = b.page.locator("[data-md-palette] label:visible")
+
+    def scheme():
+        assert shown.count() == 1
+        return body.get_attribute("data-md-color-scheme"), shown.get_attribute("title")
+
+    assert scheme() == ("default", "Dark mode")
+    shown.click()
+    assert scheme() == ("slate", "Light mode")
+    # the page really changed colour, not only the attribute
+    assert b.page.evaluate("getComputedStyle(document.body).colorScheme") == "dark"
+    b.goto("zh/" + CHAPTER)
+    assert body.get_attribute("data-md-color-scheme") == "slate"
+    b.page.locator("[data-md-palette] input:checked").focus()
+    b.page.keyboard.press("Enter")
+    assert body.get_attribute("data-md-color-scheme") == "default"
+    b.page.keyboard.press("ArrowRight")  # a radio group: the arrows choose too
+    assert body.get_attribute("data-md-color-scheme") == "slate"
+    b.goto(CHAPTER)
+    assert scheme() == ("slate", "Light mode")
+    b.page.evaluate("localStorage.clear()")
+
+
 def test_copy_button_copies_the_code(clean):
     b = clean
     b.goto(CHAPTER)
