@@ -346,6 +346,9 @@ def lighter_code(html: str) -> str:
             return html
 
 
+DATA_TABS = re.compile(r' data-tabs="[0-9:]*"')
+
+
 def _drop_alternates(html: str) -> str:
     """ALTERNATE removed from the head (the regex, which starts with whitespace, is slow over a
     whole long page)."""
@@ -356,9 +359,12 @@ def _drop_alternates(html: str) -> str:
 
 
 def on_post_page(output: str, page, config) -> str:
-    """Drop the head's alternate links; name the search dialog; point a non-default language's
-    search at its own index; fewer code spans."""
+    """Drop the head's alternate links and the tab sets' data-tabs; name the search dialog;
+    point a non-default language's search at its own index; fewer code spans."""
     output = lighter_code(_drop_alternates(output))
+    # tab sets without data-tabs: Material's tabs component, which forced a layout per set at
+    # load, leaves them to overrides/partials/javascripts/content.html
+    output = DATA_TABS.sub("", output)
     lang = getattr(page.file, "locale", None) or DEFAULT
     output = _name_search(output, lang)
     if lang == DEFAULT:

@@ -359,6 +359,55 @@ def test_output_tabs_switch(clean):
     assert three.locator(".tabbed-labels > label").count() == 3
 
 
+def test_output_tabs_are_linked_and_remembered(clean):
+    """overrides/partials/javascripts/content.html: choosing a tab in one set chooses the same
+    tab in every set, or else one of its kind ("GPU (H200)" chooses "GPU (H100)"); the set
+    clicked stays where it was on the screen; the chosen tab is underlined; the next page opens
+    on the reader's choice. Material's tabs component is not mounted (no data-tabs)."""
+    b = clean
+    b.goto(CHAPTER)
+    b.page.evaluate("localStorage.clear()")
+    b.goto(CHAPTER)
+    assert b.page.locator("[data-tabs]").count() == 0
+    sets = b.page.locator(".tabbed-set").filter(
+        has=b.page.locator(".tabbed-labels > label", has_text="GPU"))
+    assert sets.count() >= 3
+
+    def chosen():
+        return sets.evaluate_all("""sets => sets.map(set => {
+            const input = set.querySelector(':scope > input:checked');
+            const label = set.querySelector(`label[for="${input.id}"]`);
+            return [label.textContent.trim(), getComputedStyle(label).borderBottomColor];
+        })""")
+
+    def click(set, text):  # a click in the page: Playwright's own scrolls the label into view
+        set.locator(".tabbed-labels > label", has_text=text).evaluate("label => label.click()")
+
+    assert not any(text.startswith("GPU") for text, _ in chosen())
+    clicked = sets.nth(sets.count() - 1)
+    # as in Safari, which has no scroll anchoring (and with every block laid out, so that the
+    # page above does not move by itself): the script, not Chromium, keeps the set still
+    b.page.add_style_tag(content="html { overflow-anchor: none } .md-typeset .highlight, "
+                         ".md-typeset .tabbed-set { content-visibility: visible !important }")
+    clicked.evaluate("set => { set.scrollIntoView(); scrollBy(0, -300); }")
+    top = clicked.bounding_box()["y"]
+    click(clicked, "GPU")
+    assert abs(clicked.bounding_box()["y"] - top) < 2
+    labels = {text for text, _ in chosen()}
+    assert {t.split(" ")[0] for t in labels} == {"GPU"} and len(labels) >= 2, labels  # H100, H200
+    assert all(line not in ("rgba(0, 0, 0, 0)", "transparent") for _, line in chosen())
+    # the same label before one of its kind: "CUDA build" in one build set chooses it in the
+    # other, not that set's first CPU tab; the sets without it choose their CPU tab
+    builds = sets.filter(has=b.page.locator(".tabbed-labels > label", has_text="CUDA build"))
+    assert builds.count() == 2
+    click(builds.nth(0), "CUDA build")
+    assert sorted(text.split(" ")[1] if "build" in text else text for text, _ in chosen()) == \
+        ["CPU"] * (sets.count() - 2) + ["CUDA"] * 2
+    b.goto("zh/" + CHAPTER)  # remembered, in the other language too
+    assert sets.count() >= 3 and all(text.startswith("CPU") for text, _ in chosen())
+    b.page.evaluate("localStorage.clear()")
+
+
 def _search(b, lang: str, query: str) -> list[str]:
     """Type a query into the search box of the language's home page; the result pages' paths."""
     prefix = "" if lang == "en" else "zh/"
