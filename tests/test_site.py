@@ -8,6 +8,7 @@ import re
 
 import json
 from html.parser import HTMLParser
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -77,6 +78,22 @@ def test_nothing_is_loaded_from_another_host():
                     re.findall(r"(?:url\(\s*['\"]?|@import\s+['\"])((?:https?:)?//[^'\")\s]+)", body)]
     assert not outside, "loaded from another host (bundle it or remove it):\n" + "\n".join(outside)
     assert external_links > 0, "expected the pages' links to other sites to be found (parser check)"
+
+
+def test_tab_sets_are_left_to_the_site_and_underlined():
+    """Material's tabs component is kept off the tab sets (no data-tabs: hooks/site.py), and
+    overrides/main.html's underline rule covers as many tabs as the widest set has."""
+    site, files = _html_files()
+    rule = (Path(__file__).parents[1] / "overrides" / "main.html").read_text(encoding="utf-8")
+    covered = {int(n) for n in re.findall(r"input:nth-child\((\d+)\):checked ~ \.tabbed-labels",
+                                          rule)}
+    widest = 0
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        assert "data-tabs=" not in text, f
+        widest = max([widest] + [m.count("<label") for m in
+                      re.findall(r'<div class="tabbed-labels">(.*?)</div>', text, re.S)])
+    assert widest >= 2 and set(range(1, widest + 1)) <= covered, (widest, covered)
 
 
 def test_a_404_page_per_language():
