@@ -408,6 +408,26 @@ def test_output_tabs_are_linked_and_remembered(clean):
     b.page.evaluate("localStorage.clear()")
 
 
+def test_search_index_waits_for_the_first_paint(browser):
+    """overrides/main.html: Material's request for the search index waits until the first paint
+    has been shown (or the reader goes for the search box), instead of going out with the page."""
+    b = browser
+    page = b.context.new_page()  # its own page: the script below must not reach the others
+    try:
+        # as if the first paint had not been shown yet: no paint timing reaches the page
+        page.add_init_script("window.PerformanceObserver = function () {"
+                             " return {observe() {}, disconnect() {}}; };")
+        asked = []
+        page.on("request", lambda r: "search_index.json" in r.url and asked.append(r.url))
+        page.goto(f"{b.base}/{CHAPTER}", wait_until="load")
+        page.wait_for_timeout(1500)
+        assert asked == []
+        with page.expect_request(lambda r: "search_index.json" in r.url):
+            page.locator("[data-md-component=search-query]").focus()
+    finally:
+        page.close()
+
+
 def _search(b, lang: str, query: str) -> list[str]:
     """Type a query into the search box of the language's home page; the result pages' paths."""
     prefix = "" if lang == "en" else "zh/"
