@@ -421,9 +421,14 @@ def test_search_index_waits_for_the_first_paint(browser):
         page.on("request", lambda r: "search_index.json" in r.url and asked.append(r.url))
         page.goto(f"{b.base}/{CHAPTER}", wait_until="load")
         page.wait_for_timeout(1500)
-        assert asked == []
-        with page.expect_request(lambda r: "search_index.json" in r.url):
-            page.locator("[data-md-component=search-query]").focus()
+        # only the 5 s fallback may have sent it (a busy machine can take that long to load)
+        sent = page.evaluate("performance.getEntriesByType('resource')"
+                             ".filter(e => e.name.includes('search_index.json'))"
+                             ".map(e => e.startTime)")
+        assert all(t >= 4900 for t in sent), sent
+        if not asked:
+            with page.expect_request(lambda r: "search_index.json" in r.url):
+                page.locator("[data-md-component=search-query]").focus()
     finally:
         page.close()
 
