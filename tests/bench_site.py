@@ -77,6 +77,17 @@ def slowdown(index: float) -> float:
     return max(1.0, 1 + (index - 150) / 650)
 
 
+def _report(exe: str, url: str, out: Path, env: dict, *flags: str) -> dict:
+    """One Lighthouse run's report (performance and accessibility), written to ``out``."""
+    proc = subprocess.run(
+        [exe, url, "--quiet", "--output=json", f"--output-path={out}",
+         "--only-categories=performance,accessibility", *flags],
+        env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode or not out.exists():
+        sys.exit(f"lighthouse failed on {url}:\n{proc.stderr[-2000:]}")
+    return json.loads(out.read_text())
+
+
 def _audit(exe: str, url: str, run: Path, multiplier: float, env: dict) -> dict:
     """Lighthouse's report for the load gathered in ``run``, simulated at ``multiplier``.
     Lighthouse's default (simulated) throttling never slows the browser while it gathers: the
@@ -86,15 +97,8 @@ def _audit(exe: str, url: str, run: Path, multiplier: float, env: dict) -> dict:
     artifacts = json.loads((run / "artifacts.json").read_text())
     artifacts["settings"]["throttling"]["cpuSlowdownMultiplier"] = multiplier
     (run / "artifacts.json").write_text(json.dumps(artifacts))
-    out = run / f"report-{multiplier}.json"
-    proc = subprocess.run(
-        [exe, url, "--quiet", f"-A={run}", "--output=json", f"--output-path={out}",
-         "--only-categories=performance,accessibility",
-         f"--throttling.cpuSlowdownMultiplier={multiplier}"],
-        env=env, capture_output=True, text=True, timeout=300)
-    if proc.returncode or not out.exists():
-        sys.exit(f"lighthouse failed to audit {url}:\n{proc.stderr[-2000:]}")
-    return json.loads(out.read_text())
+    return _report(exe, url, run / f"report-{multiplier}.json", env, f"-A={run}",
+                   f"--throttling.cpuSlowdownMultiplier={multiplier}")
 
 
 def lighthouse(base: str, pages: list[str], runs: int) -> int:
@@ -119,18 +123,12 @@ def lighthouse(base: str, pages: list[str], runs: int) -> int:
         failed = set()
         for _ in range(runs):
             with tempfile.TemporaryDirectory(prefix="lighthouse-") as tmp:
-                run = Path(tmp)
-                out = run / "report-4.json"  # the usual run, at the default 4x
-                proc = subprocess.run(
-                    [exe, url, "--quiet", f"-GA={run}", "--output=json", f"--output-path={out}",
-                     "--only-categories=performance,accessibility",
-                     f"--chrome-flags={' '.join(LIGHTHOUSE_FLAGS)}"],
-                    env=env, capture_output=True, text=True, timeout=300)
-                if proc.returncode or not out.exists():
-                    sys.exit(f"lighthouse failed on /{page}:\n{proc.stderr[-2000:]}")
-                report4 = json.loads(out.read_text())
+                run = Path(tmp)  # the usual run, at the default 4x, keeping its artifacts
+                report4 = _report(exe, url, run / "report-4.json", env, f"-GA={run}",
+                                  f"--chrome-flags={' '.join(LIGHTHOUSE_FLAGS)}")
                 index = report4["environment"]["benchmarkIndex"]
-                report = _audit(exe, url, run, round(slowdown(index), 2), env)
+                multiplier = round(slowdown(index), 2)
+                report = _audit(exe, url, run, multiplier, env)
             cats, audits = report["categories"], report["audits"]
             perf.append(round(cats["performance"]["score"] * 100))
             perf4.append(round(report4["categories"]["performance"]["score"] * 100))
@@ -138,7 +136,7 @@ def lighthouse(base: str, pages: list[str], runs: int) -> int:
             tbt.append(audits["total-blocking-time"]["numericValue"])
             lcp.append(audits["largest-contentful-paint"]["numericValue"] / 1000)
             bench.append(index)  # the CPU's speed now
-            mult.append(slowdown(index))
+            mult.append(multiplier)
             # when this Chromium really showed the first text: about 0.2 s, or a second or
             # two later with the page's work all done (seen with the page's JavaScript and
             # images removed too); the simulation then counts every task before it
