@@ -433,6 +433,30 @@ def test_search_index_waits_for_the_first_paint(browser):
         page.close()
 
 
+def test_material_starts_after_the_first_frame(browser):
+    """overrides/main.html: Material's bundle is requested once the page's first frame has been
+    drawn, not while the page is parsed, and Material still starts: DOMContentLoaded, sent
+    again for it, reaches its document$ (a ReplaySubject that hands its last value to a new
+    subscriber at once)."""
+    b = browser
+    page = b.context.new_page()
+    try:
+        page.add_init_script("requestAnimationFrame(() => { window.firstFrame = performance.now(); });")
+        page.goto(f"{b.base}/{CHAPTER}", wait_until="load")
+        page.wait_for_function("() => window.document$ !== undefined", timeout=20_000)
+        started = page.evaluate("() => { let seen = false;"
+                                " document$.subscribe(() => { seen = true; }).unsubscribe();"
+                                " return seen; }")
+        assert started, "Material's bundle ran but never saw DOMContentLoaded"
+        frame, bundle = page.evaluate(
+            "[window.firstFrame, performance.getEntriesByType('resource')"
+            ".filter(e => /bundle\\.[0-9a-f]+\\.min\\.js$/.test(e.name)).map(e => e.startTime)]")
+        assert frame is not None and len(bundle) == 1, (frame, bundle)
+        assert bundle[0] >= frame, f"bundle requested at {bundle[0]:.0f} ms, first frame at {frame:.0f} ms"
+    finally:
+        page.close()
+
+
 def _search(b, lang: str, query: str) -> list[str]:
     """Type a query into the search box of the language's home page; the result pages' paths."""
     prefix = "" if lang == "en" else "zh/"

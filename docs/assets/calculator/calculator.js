@@ -297,6 +297,6 @@
   }
 
   window.memoryCalculator = {compute, read};  // for the browser's console
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init, {once: true});
   else init();
 })();
