@@ -7,11 +7,14 @@ recordings or ``pagerun/pictures.py`` change; ``.cache/pictures/`` (gitignored) 
 drawing of each, so a build that finds it unchanged does not import matplotlib. What is missing
 there is drawn by a process of its own (``python -m pagerun.pictures``), started as soon as the
 configuration is read and awaited before the files are copied (``on_env``): it draws on the
-second core while this one sets up the plugins and renders the pages. A picture drawn from a
+second core while this one sets up the plugins and renders the pages. On the pages, each picture
+loads only when it comes near the screen (``on_post_page``). A picture drawn from a
 GPU recording sits in ``<!-- picture: NAME -->`` … ``<!-- /picture -->`` on its page: without
 that recording the block becomes one sentence saying a GPU run draws it.
 """
 
+import functools
+import re
 import subprocess
 import sys
 
@@ -73,3 +76,30 @@ def on_env(env, config, files):
                               f"(python -m pagerun.pictures, status {status}):\n"
                               + out.decode("utf-8", "replace")[-3000:])
     return env
+
+
+# a picture on a page: <img alt="…" src="../pictures/NAME.svg#only-light" /> (or -dark, #only-dark)
+_IMG = re.compile(r'<img (?=[^>]*\bsrc="[^"]*pictures/([\w-]+?)(-dark)?\.svg#only-(?:light|dark)")')
+_SVG_SIZE = re.compile(r'<svg [^>]*?width="([\d.]+)pt" height="([\d.]+)pt"')
+
+
+@functools.lru_cache(maxsize=None)
+def _size(path) -> tuple[int, int]:
+    """A drawing's size in CSS pixels (matplotlib writes points, 72 to the inch; CSS, 96)."""
+    with open(path, encoding="utf-8") as f:
+        w, h = _SVG_SIZE.search(f.read(2000)).groups()
+    return round(float(w) * 96 / 72), round(float(h) * 96 / 72)
+
+
+def on_post_page(output: str, page, config) -> str:
+    """Pictures load when they come near the screen, and the copy for the other colour scheme,
+    hidden, not at all (loading="lazy"); each keeps its place before it arrives (its drawn size,
+    which the theme scales down to the column). Before, every picture and its dark twin were
+    fetched and drawn while the page started: about 60 ms of a phone-sized Chromium's main
+    thread at load of /zh/model-parallel/fsdp/ (CONTRIBUTING.md, Benchmark)."""
+    lang = getattr(page.file, "locale", None) or "en"
+
+    def sized(m: re.Match) -> str:
+        w, h = _size(pictures.cache_path(m.group(1), lang, m.group(2) or ""))
+        return f'<img loading="lazy" width="{w}" height="{h}" '
+    return _IMG.sub(sized, output)

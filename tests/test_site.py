@@ -96,6 +96,24 @@ def test_tab_sets_are_left_to_the_site_and_underlined():
     assert widest >= 2 and set(range(1, widest + 1)) <= covered, (widest, covered)
 
 
+def test_pictures_load_near_the_screen_and_keep_their_place():
+    """hooks/pictures.py: every picture on a page loads lazily (its hidden twin for the other
+    scheme not at all) and carries its drawn size, so nothing moves when it arrives."""
+    site, files = _html_files()
+    seen = 0
+    for f in files:
+        for tag in re.findall(r"<img [^>]*>", f.read_text(encoding="utf-8")):
+            src = re.search(r'src="([^"#]+)', tag).group(1)
+            assert 'loading="lazy"' in tag, (f, tag[:120])
+            svg = (f.parent / src).resolve().read_text(encoding="utf-8")
+            w, h = (float(x) * 4 / 3 for x in
+                    re.search(r'<svg [^>]*?width="([\d.]+)pt" height="([\d.]+)pt"', svg).groups())
+            size = re.search(r'width="(\d+)" height="(\d+)"', tag)
+            assert size and (int(size[1]), int(size[2])) == (round(w), round(h)), (f, tag[:120])
+            seen += 1
+    assert seen >= 20, seen
+
+
 def test_a_404_page_per_language():
     site, _ = sitebuild.built()
     en = (site / "404.html").read_text(encoding="utf-8")
