@@ -207,16 +207,21 @@ class Browser:
             route.abort()
 
     def goto(self, path: str):
-        """Load the page and wait until Material has started: it starts after the page's first
-        frame (overrides/main.html), which on a busy machine can come after the load event."""
         self.searchable = self.search
-        resp = self.page.goto(self.base + "/" + path.lstrip("/"), wait_until="load")
-        self.page.wait_for_function(MATERIAL_STARTED, timeout=30_000)
-        return resp
+        return _load(self.page, self.base + "/" + path.lstrip("/"))
 
     def close(self):
         self.context.close()
         self._pw.stop()
+
+
+def _load(page, url: str):
+    """Load the page and wait until Material has started: it starts after the page's first
+    frame (overrides/main.html), which on a busy machine can come after the load event; times
+    out if Material's bundle never runs or never sees DOMContentLoaded."""
+    resp = page.goto(url, wait_until="load")
+    page.wait_for_function(MATERIAL_STARTED, timeout=30_000)
+    return resp
 
 
 @functools.lru_cache(maxsize=None)
@@ -427,7 +432,7 @@ def test_search_index_waits_for_the_first_paint(browser):
                              " return {observe() {}, disconnect() {}}; };")
         asked = []
         page.on("request", lambda r: "search_index.json" in r.url and asked.append(r.url))
-        page.goto(f"{b.base}/{CHAPTER}", wait_until="load")
+        _load(page, f"{b.base}/{CHAPTER}")  # Material started: it would have asked by now
         page.wait_for_timeout(1500)
         # only the 5 s fallback may have sent it (a busy machine can take that long to load)
         sent = page.evaluate("performance.getEntriesByType('resource')"
@@ -449,9 +454,7 @@ def test_material_starts_after_the_first_frame(browser):
     page = b.context.new_page()
     try:
         page.add_init_script("requestAnimationFrame(() => { window.firstFrame = performance.now(); });")
-        page.goto(f"{b.base}/{CHAPTER}", wait_until="load")
-        # times out if Material's bundle never runs or never sees DOMContentLoaded
-        page.wait_for_function(MATERIAL_STARTED, timeout=30_000)
+        _load(page, f"{b.base}/{CHAPTER}")
         frame, bundle = page.evaluate(
             "[window.firstFrame, performance.getEntriesByType('resource')"
             ".filter(e => /bundle\\.[0-9a-f]+\\.min\\.js$/.test(e.name)).map(e => e.startTime)]")
