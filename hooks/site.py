@@ -261,21 +261,58 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def glossary_table(lang: str) -> str:
-    terms = load_glossary()
-    if lang == "zh":
-        rows = ["| 中文 | English | 含义 | 首次出现时写作 | 不用的译法 |", "| --- | --- | --- | --- | --- |"]
-        for t in terms:
-            rows.append("| " + " | ".join(_cell(c) for c in (
-                f"**{t['zh']}**", t["en"], t.get("zh_note", ""), t.get("first", ""),
-                "、".join(t.get("avoid", [])))) + " |")
-    else:
-        rows = ["| English | 中文 | Meaning |", "| --- | --- | --- |"]
-        for t in terms:
-            zh = t.get("first", t["zh"])
-            rows.append("| " + " | ".join(_cell(c) for c in (
-                f"**{t['en']}**", zh, t.get("en_note", ""))) + " |")
-    return "\n".join(rows)
+GENERAL = {"en": "Used on every page", "zh": "各章通用"}
+
+
+def glossary_table(lang: str, chapters: dict[str, str] | None = None) -> str:
+    """The glossary in ``lang``: one table per chapter, in the order of ``chapters`` (a chapter's
+    folder, e.g. ``ddp``, -> its title in the navigation), each term under the chapter whose page
+    teaches it (its ``taught``) and linked there; the terms no chapter teaches come first. Tables
+    of a dozen rows, not one of 124: a reader finds a chapter's words together, and the browser
+    lays out only the tables near the screen (overrides/main.html)."""
+    groups: dict[str, list[dict]] = {}
+    for t in load_glossary():
+        groups.setdefault(t["taught"].split("/")[0] if t.get("taught") else "", []).append(t)
+    order = [""] + [c for c in (chapters or {}) if c in groups]
+    order += sorted(c for c in groups if c not in order)  # a chapter missing from the nav
+    out = []
+    for chapter in order:
+        title = GENERAL[lang] if not chapter else (chapters or {}).get(chapter, chapter)
+        out.append(f"## {title} {{ #{chapter or 'general'} }}\n")
+        if lang == "zh":
+            out += ["| 中文 | English | 含义 | 首次出现时写作 | 不用的译法 |",
+                    "| --- | --- | --- | --- | --- |"]
+        else:
+            out += ["| English | 中文 | Meaning |", "| --- | --- | --- |"]
+        for t in groups[chapter]:
+            name = t["zh"] if lang == "zh" else t["en"]
+            name = f"**[{name}]({t['taught']})**" if t.get("taught") else f"**{name}**"
+            if lang == "zh":
+                cells = (name, t["en"], t.get("zh_note", ""), t.get("first", ""),
+                         "、".join(t.get("avoid", [])))
+            else:
+                cells = (name, t.get("first", t["zh"]), t.get("en_note", ""))
+            out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def chapter_titles(config, lang: str) -> dict[str, str]:
+    """Each chapter's folder -> its title in the navigation, in ``lang``, in the nav's order."""
+    translations: dict = {}
+    i18n = config.plugins.get("i18n")
+    for language in getattr(getattr(i18n, "config", None), "languages", None) or []:
+        if language.locale == lang:
+            translations = language.nav_translations or {}
+    titles = {}
+    for item in config["nav"] or []:
+        for title, target in item.items():
+            first = target
+            while isinstance(first, list):  # a section: its first page's folder
+                first = next(iter(first[0].values()))
+            if "/" in first:
+                titles.setdefault(first.split("/")[0], translations.get(title, title))
+    return titles
 
 
 def on_config(config):
@@ -299,7 +336,8 @@ def _i18n_busy(config) -> bool:
 def on_page_markdown(markdown: str, page, config, files) -> str:
     lang = getattr(page.file, "locale", None) or DEFAULT
     if MARKER.search(markdown):
-        markdown = MARKER.sub(lambda _m: glossary_table(lang), markdown)
+        table = glossary_table(lang, chapter_titles(config, lang))
+        markdown = MARKER.sub(lambda _m: table, markdown)
 
     def pending(m: re.Match) -> str:
         target = (Path(page.file.src_uri).parent / m.group("path")).as_posix()

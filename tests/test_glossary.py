@@ -12,6 +12,7 @@ from importlib import util as _util
 
 import pytest
 
+import sitebuild
 from pagerun import pages
 
 # hooks/site.py by path: "site" is also the name of a standard-library module
@@ -79,10 +80,28 @@ def test_glossary_data_is_well_formed():
 
 
 def test_glossary_pages_render_every_term():
-    en = site_hook.glossary_table("en")
-    zh = site_hook.glossary_table("zh")
-    for t in TERMS:
-        assert f"**{t['en']}**" in en and f"**{t['zh']}**" in zh, t["en"]
+    """Each term once, in the built glossary page of each language, in the table under the
+    heading of the chapter that teaches it (the first table when none does), its name linking to
+    that section."""
+    site, _ = sitebuild.built()
+    for lang, prefix in (("en", ""), ("zh", "zh/")):
+        html = (site / prefix / "glossary" / "index.html").read_text(encoding="utf-8")
+        sections = re.split(r'<h2 id="([\w-]+)"', html)  # text before, then (id, what follows)
+        where = {}
+        for chapter, text in zip(sections[1::2], sections[2::2]):
+            for m in re.finditer(r"<tr>\s*<td><strong>(?:<a href=\"([^\"]*)\">)?([^<]+)<", text):
+                where.setdefault(m.group(2), []).append((chapter, m.group(1)))
+        assert sections[1:2] == ["general"], f"/{prefix}glossary/ has no table of general terms first"
+        for t in TERMS:
+            taught = t.get("taught")
+            chapter = taught.split("/")[0] if taught else "general"
+            href = None
+            if taught:  # ddp/index.md#x -> ../ddp/#x, ddp/techniques.md -> ../ddp/techniques/
+                path, _, anchor = taught.partition("#")
+                path = path.removesuffix("index.md") if path.endswith("index.md") \
+                    else path.removesuffix(".md") + "/"
+                href = "../" + path + (f"#{anchor}" if anchor else "")
+            assert where.get(t[lang]) == [(chapter, href)], (lang, t["en"], where.get(t[lang]))
     for lang in ("en", "zh"):
         text = (pages.DOCS / lang / "glossary.md").read_text(encoding="utf-8")
         assert site_hook.MARKER.search(text), f"docs/{lang}/glossary.md lost its <!-- glossary --> line"
