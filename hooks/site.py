@@ -1,7 +1,8 @@
 """MkDocs hook: the reader-facing parts of the site that are generated, not typed.
 
-- ``<!-- glossary -->`` on a page renders the glossary table from ``hooks/glossary.yml`` in the
-  page's language (the same data ``tests/test_glossary.py`` checks the zh pages against).
+- ``<!-- glossary -->`` on a page renders the glossary from ``hooks/glossary.yml`` in the page's
+  language, one table per chapter (the same data ``tests/test_glossary.py`` checks the zh pages
+  against).
 - One search index per language: the i18n plugin writes one index for both languages at
   ``/search/search_index.json``; after the last language is built this splits it into
   ``/search/search_index.json`` (English pages) and ``/zh/search/search_index.json`` (Chinese
@@ -270,14 +271,15 @@ def glossary_table(lang: str, chapters: dict[str, str] | None = None) -> str:
     teaches it (its ``taught``) and linked there; the terms no chapter teaches come first. Tables
     of a dozen rows, not one of 124: a reader finds a chapter's words together, and the browser
     lays out only the tables near the screen (overrides/main.html)."""
+    chapters = chapters or {}
     groups: dict[str, list[dict]] = {}
     for t in load_glossary():
         groups.setdefault(t["taught"].split("/")[0] if t.get("taught") else "", []).append(t)
-    order = [""] + [c for c in (chapters or {}) if c in groups]
+    order = [""] + [c for c in chapters if c in groups]
     order += sorted(c for c in groups if c not in order)  # a chapter missing from the nav
     out = []
     for chapter in order:
-        title = GENERAL[lang] if not chapter else (chapters or {}).get(chapter, chapter)
+        title = chapters.get(chapter, chapter) if chapter else GENERAL[lang]
         out.append(f"## {title} {{ #{chapter or 'general'} }}\n")
         if lang == "zh":
             out += ["| 中文 | English | 含义 | 首次出现时写作 | 不用的译法 |",
