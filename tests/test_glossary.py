@@ -21,6 +21,7 @@ site_hook = _util.module_from_spec(_spec)
 _spec.loader.exec_module(site_hook)
 
 TERMS = site_hook.load_glossary()
+pagerun_background = sitebuild.pagerun_background  # the build starts with the blocks
 ZH_PAGES = [p.relative_to(pages.DOCS).as_posix() for p in pages.pages("zh")]
 
 
