@@ -263,6 +263,13 @@ def _cell(text: str) -> str:
 
 
 GENERAL = {"en": "Used on every page", "zh": "各章通用"}
+# each language's glossary columns: the header, and a term's cells after its (linked) name
+COLUMNS = {
+    "en": (["English", "中文", "Meaning"],
+           lambda t: [t.get("first", t["zh"]), t.get("en_note", "")]),
+    "zh": (["中文", "English", "含义", "首次出现时写作", "不用的译法"],
+           lambda t: [t["en"], t.get("zh_note", ""), t.get("first", ""), "、".join(t.get("avoid", []))]),
+}
 
 
 def glossary_table(lang: str, chapters: dict[str, str] | None = None) -> str:
@@ -277,24 +284,15 @@ def glossary_table(lang: str, chapters: dict[str, str] | None = None) -> str:
         groups.setdefault(t["taught"].split("/")[0] if t.get("taught") else "", []).append(t)
     order = [""] + [c for c in chapters if c in groups]
     order += sorted(c for c in groups if c not in order)  # a chapter missing from the nav
+    header, rest = COLUMNS[lang]
     out = []
     for chapter in order:
         title = chapters.get(chapter, chapter) if chapter else GENERAL[lang]
-        out.append(f"## {title} {{ #{chapter or 'general'} }}\n")
-        if lang == "zh":
-            out += ["| 中文 | English | 含义 | 首次出现时写作 | 不用的译法 |",
-                    "| --- | --- | --- | --- | --- |"]
-        else:
-            out += ["| English | 中文 | Meaning |", "| --- | --- | --- |"]
+        out += [f"## {title} {{ #{chapter or 'general'} }}\n",
+                "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
         for t in groups[chapter]:
-            name = t["zh"] if lang == "zh" else t["en"]
-            name = f"**[{name}]({t['taught']})**" if t.get("taught") else f"**{name}**"
-            if lang == "zh":
-                cells = (name, t["en"], t.get("zh_note", ""), t.get("first", ""),
-                         "、".join(t.get("avoid", [])))
-            else:
-                cells = (name, t.get("first", t["zh"]), t.get("en_note", ""))
-            out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+            name = f"[{t[lang]}]({t['taught']})" if t.get("taught") else t[lang]
+            out.append("| " + " | ".join(_cell(c) for c in [f"**{name}**", *rest(t)]) + " |")
         out.append("")
     return "\n".join(out)
 
