@@ -64,9 +64,11 @@ DIRECTIVE = re.compile(r"^<!--\s*output:\s*(?P<key>[\w./-]+)(?P<opts>(?:\s+\w+=\
 #    enabled``) and PyPI's default CUDA build on a machine without a GPU (``Found no NVIDIA driver
 #    on your system``). Each family becomes one token. Where the build changes what a program
 #    does (not only the words), its directive says ``builds=both`` and each build has its own
-#    recording (``CLASS_DIRS``). One family is dropped from both texts instead: the warnings
+#    recording (``CLASS_DIRS``). Two families are dropped from both texts instead: the warnings
 #    torch gives about the reader's environment, not about the program (``ENVIRONMENT_WARNINGS``:
-#    a Python patch release, a GPU driver, NumPy), which appear on some machines only.
+#    a Python patch release, a GPU driver, NumPy), which appear on some machines only, and its
+#    log line for a retried connection to the rendezvous store (``STORE_RETRY``), which appears
+#    on some runs only.
 _NUM = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 # Padding before a masked value (``f"{t:8.1f} ms"``) is masked with it.
 VOLATILE = [
@@ -147,8 +149,17 @@ def _drop_environment_warning(m: re.Match) -> str:
     return "" if ours else src
 
 
+# A connection to the rendezvous store retried because the store was not listening yet: torch's
+# C++ log says so (``[W1126 21:09:07.540193825 socket.cpp:752] [c10d] The hostname of the client
+# socket cannot be retrieved. err=-3``) when a worker started first, which a busy machine makes
+# likelier. Harmless and not the program's: dropped like the warnings above (tests/hosts.py, a
+# program of its own, drops the same line from what a host shows).
+STORE_RETRY = re.compile(
+    r"^[^\n]*\[c10d\] The hostname of the client socket cannot be retrieved[^\n]*(?:\n|$)", re.M)
+
 TORCH_WORDS = [
     (ENVIRONMENT_WARNINGS, _drop_environment_warning),  # first: it reads the paths as printed
+    (STORE_RETRY, ""),
     (re.compile(r"\btorch (\d+\.\d+\.\d+(?:[.+][\w.]+)?)"), "torch <version>"),
     (re.compile(r"\b([\w/.-]+\.(?:cc|cpp|cu|h|hpp)):\d+\b"), r"\1:<line>"),
     # a warning's location inside torch: where the environment lives, and the line

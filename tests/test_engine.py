@@ -341,6 +341,19 @@ def test_a_warning_from_compiling_an_installed_package_is_the_environments():
     assert recordings.normalise(ours) == "  rank 1\n"  # a program's output line stays
 
 
+def test_a_retried_connection_to_the_store_is_not_a_difference():
+    """A busy machine: a worker connected before torchrun's store listened, and torch logged the
+    retry (the line a run of fsdp_dcp.py printed twice). Any other c10d log line stays."""
+    rec = recordings.load("cpu", "model_parallel/fsdp_dcp")
+    retry = ("[W1126 21:08:37.588103638 socket.cpp:767] [c10d] The hostname of the client "
+             "socket cannot be retrieved. err=-3\n")
+    run = _with_lines(rec.body, "step 2 trained on", retry * 2)
+    assert recordings.normalise(run) == recordings.normalise(rec.body)
+    other = "[W1126 21:08:37.588103638 socket.cpp:767] [c10d] Connection refused\n"
+    run = _with_lines(rec.body, "step 2 trained on", other)
+    assert recordings.normalise(run) != recordings.normalise(rec.body)
+
+
 def test_a_measured_share_and_a_port_are_volatile():
     run = "MFU: 63.2% of 989.5 TFLOP/s\n  Connection closed by peer [127.0.0.1]:16109\n"
     rec = "MFU: 61.7% of 989.5 TFLOP/s\n  Connection closed by peer [127.0.0.1]:29083\n"
