@@ -1,8 +1,14 @@
-"""MkDocs hook: before each build, writes each chapter's notebook and the page that shows it,
-``docs/<lang>/notebooks/<chapter>.ipynb`` and ``.md``, from ``snippets/<chapter>/``
-(``pagerun.notebooks``). MkDocs renders the page as any other and copies the notebook beside it."""
+"""MkDocs hook: before each build, writes each page's notebook and the page that shows it,
+``docs/<lang>/notebooks/<name>.ipynb`` and ``.md``, from ``snippets/<folder>/``
+(``pagerun.notebooks``); MkDocs renders the page as any other and copies the notebook beside it.
+Every page that runs a program says, before its first section, which notebooks hold them."""
 
-from pagerun import notebooks
+import re
+from pathlib import Path
+
+from pagerun import notebooks, pages
+
+FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 
 
 def on_pre_build(config):
@@ -10,3 +16,27 @@ def on_pre_build(config):
     if getattr(i18n, "building", False):
         return  # the build of a further language: the first one wrote every language's notebooks
     notebooks.write_all()
+
+
+def with_link(markdown: str, sentence: str) -> str:
+    """``markdown`` with ``sentence`` as a paragraph before its first ``##`` heading (outside
+    code blocks), or at its end."""
+    lines, fence = markdown.split("\n"), None
+    for i, line in enumerate(lines):
+        m = FENCE.match(line)
+        if m and fence is None:
+            fence = m.group(1)
+        elif m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+            fence = None
+        elif fence is None and line.startswith("## "):
+            return "\n".join(lines[:i] + [sentence, ""] + lines[i:])
+    return markdown.rstrip("\n") + "\n\n" + sentence + "\n"
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    path = Path(page.file.abs_src_path)
+    if path.suffix != ".md" or pages.generated(path):
+        return markdown
+    lang = getattr(page.file, "locale", None) or pages.LANGS[0]
+    sentence = notebooks.links(lang, path)
+    return with_link(markdown, sentence) if sentence else markdown
