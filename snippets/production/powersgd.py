@@ -32,9 +32,9 @@ own = b"cpu" not in devices and len(devices) == world_size
 backend = "nccl" if own else "gloo"
 dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                         timeout=timeout)
-# PowerSGD's callbacks hold the group, and gloo's threads free them just after each step:
-# held here to the end, the group is never freed by a gloo thread (it would join itself
-# and abort: "Resource deadlock avoided")
+# PowerSGD's callbacks hold the group, and gloo's threads free them just after each
+# step: held here to the end, the group is never freed by a gloo thread (it would join
+# itself and abort: "Resource deadlock avoided")
 world = dist.group.WORLD
 show = print if rank == 0 else (lambda *a: None)
 show(f"{world_size} processes on "
