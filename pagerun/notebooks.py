@@ -58,10 +58,10 @@ TEXT = {
     },
     "zh": {
         "title": "# {title}：notebook",
-        "intro": ("由 `snippets/{folder}/` 中最先在[{title}]({page})一页运行的程序生成（前面的页面已经"
-                  "运行过的程序，在那一页的 notebook 里）。每个程序都是页面中展示的那个文件，运行方式也与"
-                  "页面相同：先用 `%%writefile` 写到 `snippets/{folder}/`，再在 shell 单元中用页面里的"
-                  "命令启动。请从上往下依次运行，第一个单元会创建目录。"
+        "intro": ("由 `snippets/{folder}/` 中的程序生成，收录的是[{title}]({page})这一页最先运行的那些"
+                  "（前面的页面已经运行过的程序，收在那一页的 notebook 里）。每个程序都是页面中展示的那个"
+                  "文件，运行方式也与页面相同：先用 `%%writefile` 写到 `snippets/{folder}/`，再在 shell "
+                  "单元中用页面里的命令启动。请从上往下依次运行，第一个单元会创建目录。"
                   "[下载这个 notebook]({name}.ipynb)。"),
         "program": "## {path}",  # the file name as the heading: one entry of the contents each
         "gpu": "**需要 GPU**（`{mark}`）：在没有 GPU 的机器上，程序会说明这一点并退出。",
