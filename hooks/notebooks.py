@@ -34,6 +34,8 @@ def with_link(markdown: str, sentence: str) -> str:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    if not page.file.abs_src_path:
+        return markdown
     path = Path(page.file.abs_src_path)
     if path.suffix != ".md" or pages.generated(path):
         return markdown

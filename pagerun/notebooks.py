@@ -292,7 +292,7 @@ def write_all() -> list[Path]:
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_text(text, encoding="utf-8")
                 written.append(out)
-        for old in (pages.DOCS / lang / "notebooks").glob("*"):
-            if old not in written:
+        for old in (pages.DOCS / lang / "notebooks").glob("*.*"):  # a notebook no longer made
+            if old.suffix in (".ipynb", ".md") and old.is_file() and old not in written:
                 old.unlink()
     return written
