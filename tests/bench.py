@@ -6,7 +6,7 @@
 2. That build served on 127.0.0.1 (tests/bench_site.py): what a browser transfers for a chapter
    page in each language and its requests (<= 600 KB), the requests that leave 127.0.0.1 (0), and
    each search index's size; then Lighthouse's median performance (>= 90) and accessibility (100)
-   on every page of the site in both languages (92 pages, 3 runs each: over an hour on 2 cores;
+   on every page of the site in both languages (132 pages, 3 runs each: about 100 minutes on 2 cores;
    --pages names fewer), or a line saying it is not installed and how to get it.
 3. The whole suite, once, with DOCS_TIMINGS set so that the collector writes how long each block's
    own process ran and the CPU seconds it used (target <= 120 s), and the 10 blocks that used the
