@@ -3,12 +3,9 @@
 (``pagerun.notebooks``); MkDocs renders the page as any other and copies the notebook beside it.
 Every page that runs a program says, before its first section, which notebooks hold them."""
 
-import re
 from pathlib import Path
 
 from pagerun import notebooks, pages
-
-FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 
 
 def on_pre_build(config):
@@ -21,14 +18,9 @@ def on_pre_build(config):
 def with_link(markdown: str, sentence: str) -> str:
     """``markdown`` with ``sentence`` as a paragraph before its first ``##`` heading (outside
     code blocks), or at its end."""
-    lines, fence = markdown.split("\n"), None
-    for i, line in enumerate(lines):
-        m = FENCE.match(line)
-        if m and fence is None:
-            fence = m.group(1)
-        elif m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
-            fence = None
-        elif fence is None and line.startswith("## "):
+    for i, m in pages.headings(markdown):
+        if m.group(1) == "##":
+            lines = markdown.split("\n")
             return "\n".join(lines[:i] + [sentence, ""] + lines[i:])
     return markdown.rstrip("\n") + "\n\n" + sentence + "\n"
 

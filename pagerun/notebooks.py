@@ -85,9 +85,16 @@ class Part:
 
 def reading_order() -> list[str]:
     """The pages in the order of mkdocs.yml's nav, each as its path in a language's folder."""
-    text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
-    nav = re.search(r"^nav:\n((?:[ \t][^\n]*\n|\n)*)", text, re.M).group(1)
-    return re.findall(r"^\s*- (?:[^\n]*?: )?([\w/.-]+\.md)\s*$", nav, re.M)
+    def walk(entry):
+        if isinstance(entry, str):
+            yield entry
+        elif isinstance(entry, list):
+            for e in entry:
+                yield from walk(e)
+        elif isinstance(entry, dict):
+            for e in entry.values():
+                yield from walk(e)
+    return list(walk(pages.mkdocs_config()["nav"]))
 
 
 def chapters() -> list[str]:
@@ -125,9 +132,8 @@ def _page_link(part: Part, lang: str, markdown: bool = False) -> str:
 
 def title(page: Path) -> str:
     """The page's first heading, without its id."""
-    for line in page.read_text(encoding="utf-8").splitlines():
-        m = pages.HEADING.match(line)
-        if m and len(m.group(1)) == 1:
+    for _, m in pages.headings(page.read_text(encoding="utf-8")):
+        if len(m.group(1)) == 1:
             return pages.HEADING_ID.sub("", m.group(2)).strip()
     return page.stem
 

@@ -5,7 +5,9 @@
   ``python``, as pytest-codeblocks collects them, parsed with its own ``extract_from_buffer``),
   with ``--8<--`` includes expanded by pymdownx.snippets itself, each with its pytest marks and
   the ``<!-- output: KEY -->`` directive that follows it.
-- ``includes(page)``, ``heading_ids(page)``: what the en/zh parity checks compare.
+- ``includes(page)``, ``heading_ids(page)``: what the en/zh parity checks compare;
+  ``headings(text)``: the headings outside code blocks, which they and the notebooks read.
+- ``mkdocs_config()``: mkdocs.yml as data (its nav: the reading order).
 
 Running a block is ``pagerun.runner``; the recordings a directive names are ``pagerun.recordings``.
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import markdown
+import yaml
 from pytest_codeblocks import extract_from_buffer
 
 from pagerun import recordings
@@ -162,15 +165,30 @@ def includes(page: Path) -> list[str]:
     return INCLUDE.findall(page.read_text(encoding="utf-8"))
 
 
-def heading_ids(page: Path) -> list[str]:
-    ids, fence = [], False
-    for line in page.read_text(encoding="utf-8").split("\n"):
+def headings(text: str):
+    """Each heading of Markdown ``text`` outside code blocks: (its line's index, its match)."""
+    fence = False
+    for i, line in enumerate(text.split("\n")):
         if line.lstrip().startswith("```"):
             fence = not fence
         m = None if fence else HEADING.match(line)
         if m:
-            hid = HEADING_ID.search(m.group(2))
-            ids.append(hid.group(1) if hid else f"<no id: {m.group(2)}>")
+            yield i, m
+
+
+def heading_ids(page: Path) -> list[str]:
+    ids = []
+    for _, m in headings(page.read_text(encoding="utf-8")):
+        hid = HEADING_ID.search(m.group(2))
+        ids.append(hid.group(1) if hid else f"<no id: {m.group(2)}>")
     return ids
+
+
+def mkdocs_config() -> dict:
+    """mkdocs.yml as data, its tags (``!ENV``) read as None."""
+    class Loader(yaml.SafeLoader):
+        pass
+    Loader.add_multi_constructor("", lambda loader, suffix, node: None)
+    return yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)
 
 

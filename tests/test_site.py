@@ -12,7 +12,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
 
 from pagerun import pages, recordings
 import sitebuild
@@ -198,10 +197,7 @@ def test_no_code_copied_into_pages(page):
 
 
 def test_nav_is_translated():
-    class Loader(yaml.SafeLoader):
-        pass
-    Loader.add_multi_constructor("", lambda loader, suffix, node: None)
-    cfg = yaml.load((pages.ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)
+    cfg = pages.mkdocs_config()
 
     def labels(nav):
         for entry in nav:
