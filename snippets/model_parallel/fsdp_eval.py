@@ -32,7 +32,12 @@ if world == 1:
 # gloo and the CPU on any machine; rank 0 waits 3 s and the others 6 s, so rank 0 gives
 # up first unless it reaches the hang more than 3 s after them (a busy machine)
 timeout = timedelta(seconds=3 if rank == 0 else 6)
-dist.init_process_group("gloo", timeout=timeout)
+# but first every rank waits up to 60 s for all to start: a late start is not the hang
+store, rank, world = next(dist.rendezvous("env://", timeout=timedelta(seconds=60)))
+store.set(f"started/{rank}", "1")
+store.wait([f"started/{r}" for r in range(world)])
+dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                        timeout=timeout)
 mesh = init_device_mesh("cpu", (world,))
 # --8<-- [end:init]
 if rank == 0:
