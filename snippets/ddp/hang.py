@@ -19,10 +19,13 @@ import torch.multiprocessing as mp
 
 # --8<-- [start:bug]
 def worker(rank: int, world_size: int, port: int, errors, done, size: int) -> None:
-    # a short timeout, not 30 minutes; rank 1's is shorter, so it always gives up first
+    # every rank first waits up to 60 s for all to start: a late start is not the hang
+    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=rank == 0,
+                          timeout=timedelta(seconds=60))
+    # then a short timeout, not 30 minutes; rank 1's is shorter, so it gives up first
     timeout = timedelta(seconds=3 if rank == 1 else 6)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                            timeout=timeout)
     loss = torch.tensor([1.0])
     t0 = time.perf_counter()
     try:
