@@ -31,6 +31,12 @@ dumps = os.path.join(tempfile.gettempdir(), "fr-" + os.environ["TORCHELASTIC_RUN
 os.makedirs(dumps, exist_ok=True)
 os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"  # the C++ log repeats the error
 
+# every rank first waits up to 60 s for all to start (a late start is not the bug), so
+# that the short timeout below only ever meets the bug
+store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=60)))
+store.set(f"started/{rank}", "1")
+store.wait([f"started/{r}" for r in range(world)])
+
 # --8<-- [start:bug]
 # gloo on the CPU on any machine; the recorder is the same for NCCL
 dist.init_process_group("gloo", timeout=timedelta(seconds=3))

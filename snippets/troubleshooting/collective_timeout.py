@@ -21,6 +21,11 @@ if os.environ["WORLD_SIZE"] == "1":
     sys.exit(
         "one process cannot disagree with itself: run with --nproc-per-node=2 or more"
     )
+# every rank first waits up to 60 s for all to start (a late start is not the bug), so
+# that the short timeout below only ever meets the bug
+store, rank, world = next(dist.rendezvous("env://", timeout=timedelta(seconds=60)))
+store.set(f"started/{rank}", "1")
+store.wait([f"started/{r}" for r in range(world)])
 # --8<-- [start:init]
 # gloo and CPU tensors on any machine: with NCCL, a barrier is itself a one-element
 # all-reduce and would pair with rank 0's all_reduce below; the mismatch would surface
