@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import pytest
 
@@ -90,7 +91,7 @@ def pytest_collection_finish(session):
     # slow work a test module declares (pagerun_background() -> [(key, fn, args)]) goes first
     modules = {id(m): m for m in (getattr(i, "module", None) for i in session.items) if m}
     for module in modules.values():
-        for key, fn, args in getattr(module, "pagerun_background", lambda: [])():
+        for key, fn, args in _background(module):
             runner.background(key, fn, *args, jobs=jobs)
     runner.prefetch(blocks, jobs)
 
@@ -101,9 +102,14 @@ def pytest_collection_modifyitems(config, items):
 
     And an order that keeps both cores busy: the blocks and the site build run in the background
     from the start, so the tests that need neither go first, then the modules that wait for the
-    build (``pagerun_background``, or ``pagerun_after_build = True``), then the blocks' checks
-    (which wait for their runs: the page blocks and test_snippet_runs). Within each group the
-    order is the collected one."""
+    build only (``pagerun_after_build = True``, or ``pagerun_background`` naming only
+    ``site-build``), then those that wait for slower runs of their own (their
+    ``pagerun_background`` names others: a killed job, shell runs, ``make serve``), then the
+    blocks' checks (which wait for their runs: the page blocks and test_snippet_runs). Within each
+    group the order is the collected one. The tests that only read the build (pages, search,
+    notebooks, pictures: about 13 s of this process's CPU) so run while the runs still fill the
+    cores; after them, this process mostly waits, and the other core is not left idle at the
+    end (CONTRIBUTING.md, Benchmark)."""
     for item in items:
         reason = runner.unmet([f"pytest.mark.{m.name}({', '.join(map(repr, m.args))})"
                                for m in item.iter_markers()])
@@ -112,12 +118,24 @@ def pytest_collection_modifyitems(config, items):
 
     def group(item) -> int:
         if isinstance(item, BlockItem) or getattr(item, "originalname", "") == "test_snippet_runs":
-            return 2
+            return 3
         module = getattr(item, "module", None)
-        return int(hasattr(module, "pagerun_background")
-                   or getattr(module, "pagerun_after_build", False))
+        keys = {key for key, _, _ in _background(module)}
+        if keys - {"site-build"}:
+            return 2
+        return int(bool(keys) or getattr(module, "pagerun_after_build", False))
 
     items.sort(key=group)
+
+
+_BACKGROUND: dict[int, list] = {}
+
+
+def _background(module) -> list:
+    """A test module's slow work, ``pagerun_background()`` -> [(key, fn, args)], asked once."""
+    if id(module) not in _BACKGROUND:
+        _BACKGROUND[id(module)] = list(getattr(module, "pagerun_background", lambda: [])())
+    return _BACKGROUND[id(module)]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -163,6 +181,11 @@ def _installed() -> dict:
 
 def pytest_sessionstart(session):
     session.config.stash[INSTALLED] = _installed()
+    config = session.config
+    if config.option.codeblocks and not config.option.collectonly and runner.warm_on_asked():
+        # the fork server imports torch (about 3 s on 2 cores) while this process collects;
+        # the first block to run waits for it, not the collection
+        threading.Thread(target=runner.warm_on, name="fork-server-start", daemon=True).start()
 
 
 @pytest.hookimpl(trylast=True)

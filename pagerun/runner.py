@@ -131,19 +131,26 @@ def env() -> dict:
 # --------------------------------------------------------------------------------------------
 # running
 
+def warm_on_asked() -> bool:
+    """Whether programs are to start through the fork server: unless ``DOCS_WARM=0``."""
+    return os.environ.get("DOCS_WARM", "1") != "0"
+
+
 def warm_on() -> bool:
     """Whether programs start through the fork server (``DOCS_WARM=0`` turns it off, and so does
     a server that could not start a program as a fresh interpreter would: it says why)."""
-    if os.environ.get("DOCS_WARM", "1") == "0":
+    if not warm_on_asked():
         return False
     from pagerun import warmpool
 
     return warmpool.cold_reason() is None
 
 
-def warm_commands(block: Block) -> list[tuple[dict, list[str]]] | None:
-    """``[(env assignments, argv)]`` if every command of the block can run warm, else None."""
-    if block.syntax not in ("bash", "sh") or not warm_on():
+def warm_commands(block: Block, server: bool = True) -> list[tuple[dict, list[str]]] | None:
+    """``[(env assignments, argv)]`` if every command of the block can run warm, else None.
+    ``server=False``: by the commands alone, without waiting for the fork server to say it
+    can run programs warm (a test's parameters, at collection: about 3 s on 2 cores)."""
+    if block.syntax not in ("bash", "sh") or (server and not warm_on()):
         return None
     cmds = []
     for line in block.code.strip().replace("\\\n", " ").splitlines():  # join continuations
@@ -300,21 +307,39 @@ STARTED = time.monotonic()  # the session's start (import time), for DOCS_TIMING
 
 _CACHE: dict[tuple[str, str], Result | Future] = {}
 _POOL: ThreadPoolExecutor | None = None
+_WAIT_POOL: ThreadPoolExecutor | None = None  # the blocks that mostly wait (_waits)
 
 
 # How long each block ran in the last `make bench` (seconds of wall time, with the suite
-# running beside it), by its command: written by tests/bench.py. Only the order in which the
-# blocks start depends on it: the longest first, so that no long block starts last and keeps
-# one core busy while the other waits (about 15 s of the suite's time on two cores).
+# running beside it, and the CPU seconds its processes used), by its command: written by
+# tests/bench.py. Only where and when the blocks start depends on it: the longest first, so
+# that no long block starts last and keeps one core busy while the other waits (about 15 s of
+# the suite's time on two cores), and the blocks that mostly wait (a timeout, a sleeping
+# straggler, a restart) in a lane of their own (``_waits``).
 COSTS = Path(__file__).with_name("block_costs.json")
 
 
 @functools.lru_cache(maxsize=None)
-def _measured() -> dict[str, float]:
+def _measured() -> dict[str, tuple[float, float | None]]:
+    """COSTS: command -> (seconds, CPU seconds or None); an entry may be seconds alone."""
     try:
-        return json.loads(COSTS.read_text(encoding="utf-8"))
+        raw = json.loads(COSTS.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return {k: (float(v), None) if isinstance(v, (int, float)) else (float(v[0]), float(v[1]))
+            for k, v in raw.items()}
+
+
+def _waits(block: Block) -> bool:
+    """Measured to spend most of its time waiting: 2 s or more, under a fifth of it on a CPU
+    (hang.py's timeouts, forensics.py's straggler, slow.py, the fault-tolerance demos). Such
+    blocks run beside the others, WAIT_JOBS at a time, instead of holding one of the DOCS_JOBS
+    places while the cores idle: three of them at once left both cores idle for seconds."""
+    seconds, cpu = _measured().get(command_of(block), (0.0, None))
+    return cpu is not None and seconds >= 2 and cpu < 0.2 * seconds
+
+
+WAIT_JOBS = 2
 
 
 def _cost(block: Block) -> float:
@@ -322,7 +347,7 @@ def _cost(block: Block) -> float:
     yet a guess that puts it early: several processes 30, a shell 20, a warm program 10."""
     known = _measured().get(command_of(block))
     if known is not None:
-        return known
+        return known[0]
     code = block.code
     if "torchrun" in code or "spawn" in code or "--nnodes" in code:
         return 30.0
@@ -330,12 +355,13 @@ def _cost(block: Block) -> float:
 
 
 def prefetch(blocks: list[Block], jobs: int) -> None:
-    """Start running these blocks, `jobs` at a time, the longest first (``_cost``); run_cached
-    waits.
+    """Start running these blocks, `jobs` at a time, the longest first (``_cost``), and those
+    that mostly wait (``_waits``) WAIT_JOBS at a time beside them; run_cached waits.
 
     Each block still runs in its own process with its own timeout; this only keeps every core
     busy while the tests compare outputs in collection order.
     """
+    global _WAIT_POOL
     if jobs < 2 or _pool(jobs) is None:
         return
     todo = {}
@@ -344,7 +370,12 @@ def prefetch(blocks: list[Block], jobs: int) -> None:
         if k not in _CACHE and k not in todo and unmet(b.marks) is None:
             todo[k] = b
     for k, b in sorted(todo.items(), key=lambda kv: -_cost(kv[1])):
-        _CACHE[k] = _POOL.submit(run, b)
+        if _waits(b):
+            if _WAIT_POOL is None:
+                _WAIT_POOL = ThreadPoolExecutor(WAIT_JOBS, thread_name_prefix="waiting-block")
+            _CACHE[k] = _WAIT_POOL.submit(run, b)
+        else:
+            _CACHE[k] = _POOL.submit(run, b)
 
 
 def _pool(jobs: int) -> ThreadPoolExecutor | None:

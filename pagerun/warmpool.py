@@ -206,6 +206,24 @@ def _killpg(pid: int) -> None:
         pass
 
 
+def _drop_library_finalizers() -> None:
+    """Skip, at exit, the finalizers of torch.library's Library objects (about 170 once torch
+    is imported): they take the kernels they registered out of the dispatcher, which changes
+    nothing this process prints before os._exit. Here the dispatcher's tables are the fork
+    server's pages, so taking kernels out copies them first: 27 ms of CPU and 7,000 page
+    faults in each of the suite's ~350 warm processes (2-core AMD EPYC; 7 ms in a fresh
+    interpreter). The program's own atexit functions and finalizers still run."""
+    import weakref
+
+    library = sys.modules.get("torch.library")
+    registry = getattr(weakref.finalize, "_registry", None)  # CPython's list of finalizers
+    if library is None or not isinstance(registry, dict):
+        return
+    for finalizer, info in list(registry.items()):
+        if getattr(info, "func", None) is getattr(library, "_del_library", object()):
+            finalizer.detach()
+
+
 def _program(argv: list[str], env: dict, cwd: str, base_path: list[str],
              spawn_exe: str | None = None) -> None:
     """In the forked child: become ``python argv...`` (a script, or ``-c CODE``) and never
@@ -283,6 +301,7 @@ def _program(argv: list[str], env: dict, cwd: str, base_path: list[str],
         traceback.print_exception(type(e), e, tb or e.__traceback__)
         code = 1
     try:
+        _drop_library_finalizers()
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):

@@ -120,10 +120,12 @@ def main() -> int:
 
 
 def write_costs(blocks: list[dict]) -> None:
-    """pagerun/block_costs.json: how long each block ran, which the suite starts first."""
-    costs = {" ".join(b["command"].split()): b["seconds"] for b in blocks}
-    runner.COSTS.write_text(json.dumps(dict(sorted(costs.items())), indent=0,
-                                       ensure_ascii=False) + "\n", encoding="utf-8")
+    """pagerun/block_costs.json: how long each block ran and the CPU it used, which the suite
+    reads to start the longest first and to run those that mostly wait beside the others."""
+    costs = {" ".join(b["command"].split()): [b["seconds"], b["cpu"]] for b in blocks}
+    lines = [f"{json.dumps(k, ensure_ascii=False)}: {json.dumps(v)}"
+             for k, v in sorted(costs.items())]  # one block a line
+    runner.COSTS.write_text("{\n" + ",\n".join(lines) + "\n}\n", encoding="utf-8")
 
 
 def report(name: str, seconds: float, note: str) -> None:

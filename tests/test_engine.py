@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import sys
 from pathlib import Path
 
@@ -79,7 +80,8 @@ def test_a_warm_block_runs_in_the_same_environment(warm_server, tmp_path):
 def _sample() -> list[pages.Block]:
     """Warm-capable page blocks: one with arguments, one that exits non-zero, one with CUDA_*,
     a torchrun command, and a program that starts processes itself (the cheapest of each)."""
-    warm = {b.code: b for b in pages.all_blocks("en") if runner.warm_commands(b)}.values()
+    warm = {b.code: b for b in pages.all_blocks("en")
+            if runner.warm_commands(b, server=False)}.values()  # warm_server skips if cold
     picks = [next((b for b in warm if " --" in b.code and b.exit == 0
                    and "torchrun" not in b.code), None),  # torchrun: the hello pick
              next((b for b in warm if b.exit != 0 and "hang" not in b.code), None),
@@ -114,6 +116,24 @@ def test_an_uncaught_exception_looks_the_same_warm(warm_server, tmp_path):
     out, code, _ = warmpool.run([str(prog)], runner.env(), tmp_path, 60)
     res = runner.run(_block(f"python {prog}"), warm=False)
     assert (code, out) == (res.exit, res.output)
+
+
+def test_a_warm_program_skips_only_torchs_library_finalizers_at_exit(warm_server, tmp_path):
+    """warmpool._drop_library_finalizers: torch.library's are skipped (a fresh interpreter runs
+    them, and they print nothing); the program's own atexit functions and finalizers run."""
+    prog = tmp_path / "at_exit.py"
+    prog.write_text(
+        "import atexit, weakref\nimport torch.library\n\nclass Thing:\n    pass\n\n"
+        "thing = Thing()\nweakref.finalize(thing, print, 'own finalizer')\n"
+        "def left():\n    print('own atexit; torch.library finalizers left:', sum(\n"
+        "        i.func is torch.library._del_library for i in weakref.finalize._registry"
+        ".values()) > 0)\n"
+        "atexit.register(left)\n")
+    out, code, _ = warmpool.run([str(prog)], runner.env(), tmp_path, 60)
+    res = runner.run(_block(f"python {prog}"), warm=False)
+    assert (code, res.exit) == (0, 0)
+    assert res.output == "own atexit; torch.library finalizers left: True\nown finalizer\n"
+    assert out == "own atexit; torch.library finalizers left: False\nown finalizer\n"
 
 
 def test_a_failing_block_shows_its_command_status_and_output(monkeypatch):
@@ -410,7 +430,7 @@ time.sleep(60)
 def _shell_torchrun_blocks() -> list[pages.Block]:
     """Page blocks run by bash whose `torchrun` agents start through the shim."""
     blocks = {b.code: b for b in pages.all_blocks("en")
-              if runner.warm_commands(b) is None and b.syntax in ("bash", "sh")
+              if runner.warm_commands(b, server=False) is None and b.syntax in ("bash", "sh")
               and "torchrun" in b.code and runner.unmet(b.marks) is None}
     # the cheapest with a pipe and `set -o pipefail` (the agent's status through grep)
     return [b for b in blocks.values() if "pipefail" in b.code and "preempt" in b.code][:1]
@@ -531,13 +551,38 @@ def test_the_longest_blocks_start_first(monkeypatch):
         ("new-torchrun", "torchrun --standalone --nproc-per-node=2 snippets/c.py\n"),
         ("new-warm", "python snippets/d.py\n")]}
     measured = runner._measured.__wrapped__()  # the file itself, checked below
-    monkeypatch.setattr(runner, "_measured", lambda: {"python snippets/a.py": 0.5,
-                                                      "python snippets/b.py --big": 40.0})
+    monkeypatch.setattr(runner, "_measured", lambda: {"python snippets/a.py": (0.5, 0.4),
+                                                      "python snippets/b.py --big": (40.0, 30.0)})
     order = sorted(blocks, key=lambda name: -runner._cost(blocks[name]))
     assert order[0] == "long" and order[-1] == "short", order
     assert order.index("new-torchrun") < order.index("new-warm"), order
-    # the file: a command of a page for each entry but a few, seconds for each
+    # the file: a command of a page for each entry but a few, seconds and CPU seconds for each
     commands = {runner.command_of(b) for b in pages.all_blocks()}
-    assert measured and all(isinstance(s, (int, float)) and s >= 0 for s in measured.values())
+    assert measured and all(s >= 0 and cpu is not None and cpu >= 0
+                            for s, cpu in measured.values())
     assert len(set(measured) & commands) >= 0.8 * len(measured), \
         "pagerun/block_costs.json is out of date: `make bench` writes it again"
+
+
+def test_a_block_that_mostly_waits_runs_beside_the_others(monkeypatch):
+    """runner._waits: 2 s or more, under a fifth of it on a CPU (measured); prefetch runs such
+    blocks in a lane of their own, so that they do not hold the places of the others."""
+    monkeypatch.setattr(runner, "_measured", lambda: {
+        "python snippets/waits.py": (6.0, 0.3), "python snippets/works.py": (6.0, 5.0),
+        "python snippets/quick.py": (0.5, 0.01), "python snippets/old.py": (6.0, None)})
+    waits = {name: runner._waits(_block(f"python snippets/{name}.py\n"))
+             for name in ("waits", "works", "quick", "old", "new")}
+    assert waits == {"waits": True, "works": False, "quick": False, "old": False, "new": False}
+    # the lanes: a block that waits never takes one of the DOCS_JOBS places
+    started = []
+    monkeypatch.setattr(runner, "run", lambda b: started.append(
+        (b.code.split("/")[1].split(".")[0], threading.current_thread().name)))
+    monkeypatch.setattr(runner, "_CACHE", {})
+    monkeypatch.setattr(runner, "_POOL", None)
+    monkeypatch.setattr(runner, "_WAIT_POOL", None)
+    runner.prefetch([_block(f"python snippets/{n}.py\n") for n in ("waits", "works")], 2)
+    for pool in (runner._POOL, runner._WAIT_POOL):
+        pool.shutdown(wait=True)
+    lanes = dict(started)
+    assert lanes["waits"].startswith("waiting-block") and lanes["works"].startswith("block"), \
+        lanes
