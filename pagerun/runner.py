@@ -332,7 +332,7 @@ def _measured() -> dict[str, tuple[float, float | None]]:
 
 def _waits(block: Block) -> bool:
     """Measured to spend most of its time waiting: 2 s or more, under a fifth of it on a CPU
-    (hang.py's timeouts, forensics.py's straggler, slow.py, the fault-tolerance demos). Such
+    (hang.py's and the other timeout demos, ft_replicas.py, orphans.py: CONTRIBUTING.md). Such
     blocks run beside the others, WAIT_JOBS at a time, instead of holding one of the DOCS_JOBS
     places while the cores idle: three of them at once left both cores idle for seconds."""
     seconds, cpu = _measured().get(command_of(block), (0.0, None))
