@@ -182,9 +182,9 @@ def _installed() -> dict:
 def pytest_sessionstart(session):
     session.config.stash[INSTALLED] = _installed()
     config = session.config
-    if config.option.codeblocks and not config.option.collectonly and runner.warm_on_asked():
+    if config.option.codeblocks and not config.option.collectonly:
         # the fork server imports torch (about 3 s on 2 cores) while this process collects;
-        # the first block to run waits for it, not the collection
+        # the first block to run waits for it, not the collection (none with DOCS_WARM=0)
         threading.Thread(target=runner.warm_on, name="fork-server-start", daemon=True).start()
 
 

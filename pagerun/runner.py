@@ -131,15 +131,10 @@ def env() -> dict:
 # --------------------------------------------------------------------------------------------
 # running
 
-def warm_on_asked() -> bool:
-    """Whether programs are to start through the fork server: unless ``DOCS_WARM=0``."""
-    return os.environ.get("DOCS_WARM", "1") != "0"
-
-
 def warm_on() -> bool:
     """Whether programs start through the fork server (``DOCS_WARM=0`` turns it off, and so does
     a server that could not start a program as a fresh interpreter would: it says why)."""
-    if not warm_on_asked():
+    if os.environ.get("DOCS_WARM", "1") == "0":
         return False
     from pagerun import warmpool
 
@@ -308,6 +303,7 @@ STARTED = time.monotonic()  # the session's start (import time), for DOCS_TIMING
 _CACHE: dict[tuple[str, str], Result | Future] = {}
 _POOL: ThreadPoolExecutor | None = None
 _WAIT_POOL: ThreadPoolExecutor | None = None  # the blocks that mostly wait (_waits)
+WAIT_JOBS = 2  # how many of those at a time
 
 
 # How long each block ran in the last `make bench` (seconds of wall time, with the suite
@@ -338,8 +334,6 @@ def _waits(block: Block) -> bool:
     seconds, cpu = _measured().get(command_of(block), (0.0, None))
     return cpu is not None and seconds >= 2 and cpu < 0.2 * seconds
 
-
-WAIT_JOBS = 2
 
 
 def _cost(block: Block) -> float:
