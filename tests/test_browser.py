@@ -288,6 +288,11 @@ def test_chapter_page_loads_and_screenshot(clean, lang):
     if lang == "zh":
         assert family.index("PingFang SC") < family.index("WenQuanYi") < family.index("Arial"), \
             family
+    # no list starts with Material's placeholder "_", a font no system has (a lookup each)
+    code = b.page.evaluate("getComputedStyle(document.querySelector('.md-typeset pre code'))"
+                           ".fontFamily")
+    assert not family.startswith("_") and not code.startswith("_"), (family, code)
+    assert code.startswith("SFMono-Regular") and code.endswith("monospace"), code
     ARTIFACTS.mkdir(exist_ok=True)
     b.page.screenshot(path=str(ARTIFACTS / f"chapter-{lang}.png"), full_page=False)
     assert all(urlsplit(u).hostname == "127.0.0.1" for u in b.requests if u.startswith("http"))
