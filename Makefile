@@ -53,10 +53,10 @@ test-hosts: install
 update-outputs: install
 	$(PYTHON) -m pytest --codeblocks --update-outputs
 
-# BASE: a checkout of 41e7906 with its .venv, timed beside this one (CONTRIBUTING.md, Benchmark)
-BASE ?= /tmp/base41
+# make bench BASE=DIR: a checkout of 41e7906 with its .venv, timed beside this one (by default
+# /tmp/base41: tests/bench.py reads BASE; CONTRIBUTING.md, Benchmark)
 bench: install
-	$(PYTHON) tests/bench.py --base $(BASE)
+	$(PYTHON) tests/bench.py
 
 # Lighthouse 12 from npm (npm install --global lighthouse@12), driving Debian's chromium
 bench-site: install
