@@ -14,7 +14,7 @@ hold only on a machine like the one they were set on).
 2. That build served on 127.0.0.1 (tests/bench_site.py): what a browser transfers for a chapter
    page in each language and its requests (<= 600 KB), the requests that leave 127.0.0.1 (0), and
    each search index's size; then Lighthouse's median performance (>= 90) and accessibility (100)
-   on every page of the site in both languages (132 pages, 3 runs each: about 2 hours on 2 cores;
+   on every page of the site in both languages (132 pages, 3 runs each: about 50 minutes on 2 cores;
    --pages names fewer), or a line saying it is not installed and how to get it.
 3. The whole suite, back to back with 41e7906's (41e7906, this, this, 41e7906; target: <= 1.47
    times 41e7906's, i.e. 120 s against its 81.6 s), with DOCS_TIMINGS set in the first run so
