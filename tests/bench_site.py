@@ -32,12 +32,13 @@ import argparse
 import gzip
 import json
 import os
+import queue
 import shutil
 import statistics
-import select
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -92,28 +93,37 @@ class _Worker:
     Lighthouse. Started on first use, ended with this process."""
 
     proc: subprocess.Popen | None = None
+    log = None  # its errors, in a file: a pipe nobody reads can fill
+    lines: queue.Queue = queue.Queue()  # its answers, read by a thread: never a read that blocks
 
     @classmethod
     def run(cls, exe: str, args: list[str], env: dict) -> str:
         if cls.proc is None or cls.proc.poll() is not None:
             package = Path(os.path.realpath(exe)).parents[1]  # .../lighthouse/cli/index.js
-            node = shutil.which("node") or "node"
+            cls.log = tempfile.TemporaryFile("w+")
             cls.proc = subprocess.Popen(
-                [node, str(Path(__file__).with_name("lighthouse_worker.mjs")), str(package)],
-                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True)
+                [shutil.which("node") or "node",
+                 str(Path(__file__).with_name("lighthouse_worker.mjs")), str(package)],
+                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=cls.log, text=True)
+            cls.lines = queue.Queue()
+            threading.Thread(target=lambda out=cls.proc.stdout, q=cls.lines: (
+                [q.put(line) for line in out], q.put("")), daemon=True).start()
         cls.proc.stdin.write(json.dumps(args) + "\n")
         cls.proc.stdin.flush()
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([cls.proc.stdout], [], [], deadline - time.monotonic())
-            line = cls.proc.stdout.readline() if ready else ""
+        while True:
+            try:
+                line = cls.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                line = ""  # no answer in 300 s
             if line.startswith(("ok", "error: ")):
                 return line.strip()
-            if not line and (not ready or cls.proc.poll() is not None):
-                break  # no answer in 300 s, or Lighthouse ended the process
+            if not line:  # the process ended (Lighthouse gave up), or never answered
+                break
         cls.proc.kill()
-        err = cls.proc.stderr.read()[-2000:] if cls.proc.poll() is not None else ""
+        cls.proc.wait(timeout=30)
+        cls.log.seek(0)
+        err = cls.log.read()[-2000:]
         cls.proc = None
         return f"error: no answer from lighthouse_worker.mjs\n{err}"
 
