@@ -53,8 +53,7 @@ LIGHTHOUSE_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu",
                     "--disable-background-networking", "--disable-component-update",
                     "--no-first-run"]
 # Neither scores: the full-page screenshot (1.7 s a run here) and the back/forward cache check
-# (weight 0 in Lighthouse 12's performance category); without them a run, gathered and scored at
-# both slowdowns, took about 15 s here, not 17 (about 7.5 s now with _Worker)
+# (weight 0 in Lighthouse 12's performance category)
 UNSCORED = ["--disable-full-page-screenshot", "--skip-audits=bf-cache"]
 
 
@@ -94,7 +93,7 @@ class _Worker:
 
     proc: subprocess.Popen | None = None
     log = None  # its errors, in a file: a pipe nobody reads can fill
-    lines: queue.Queue = queue.Queue()  # its answers, read by a thread: never a read that blocks
+    lines: queue.Queue | None = None  # its answers, read by a thread: never a read that blocks
 
     @classmethod
     def run(cls, exe: str, args: list[str], env: dict) -> str:
