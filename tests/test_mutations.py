@@ -39,8 +39,7 @@ import pytest
 from pagerun import recordings, runner
 from pagerun.pages import ROOT, Block
 
-sys.path.insert(0, str(Path(__file__).parent))  # noqa: E402 - the cost contract's regexes
-from test_costs import MENTIONS  # noqa: E402
+from test_costs import MENTIONS  # the cost contract's regexes (tests/ is on sys.path)
 
 RUNS = os.environ.get("DOCS_MUTATIONS") == "1"
 TIMEOUT = 180  # seconds for one mutated run (a dropped collective waits for its group's timeout)
@@ -53,6 +52,9 @@ class Mutation(NamedTuple):
     old: str  # occurs exactly once in the program
     new: str
     must_fail: str  # regex of the program's own failure message
+    # why the program's check does not catch it yet (what the run printed): the test is then
+    # an expected failure that must not pass (xfail strict), until the check is fixed
+    blind: str = ""
 
 
 TORCHRUN = "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node={n} snippets/{p}"
@@ -67,18 +69,317 @@ def py(program: str, args: str = "") -> str:
 
 
 MUTATIONS = [
+    # --- collectives, DDP, DataParallel
     Mutation("collectives/ring.py", "send the wrong chunk in the reduce-scatter",
              tr(4, "collectives/ring.py"),
              "step(chunks[(rank - s - 1) % world], tmp)",
              "step(chunks[(rank - s) % world], tmp)",
              r"the ring disagrees with the formula or with torch:\n"
              r"(?:.*\n)*max \|ring - torch\|, integer-valued data"),
+    Mutation("ddp/cost.py", "DDP built with 4 times the bucket cap the prediction assumes",
+             tr(2, "ddp/cost.py"),
+             "bucket_cap_mb=CAP_MB)", "bucket_cap_mb=CAP_MB * 4)",
+             r"predicted != counted: .*step 2, buckets"),
+    Mutation("ddp/train.py", "forget sampler.set_epoch: the same shuffle every epoch",
+             tr(2, "ddp/train.py"),
+             "    sampler.set_epoch(epoch)  #", "    pass  #",
+             r"AssertionError: DDP did not match full-batch training"),
+    Mutation("ddp/no_sync.py", "no_sync() on the last micro-batch too: never all-reduced",
+             tr(2, "ddp/no_sync.py"),
+             "ddp.no_sync() if skip_sync and not last", "ddp.no_sync() if skip_sync",
+             r"AssertionError: after the synced backward every rank holds the same "
+             r"gradient"),
+    Mutation("ddp/elastic.py", "every rank trains on rank 0's part of the batch",
+             tr(2, "ddp/elastic.py"),
+             "mine = slice(rank * per_rank, (rank + 1) * per_rank)",
+             "mine = slice(0, per_rank)",
+             r"the weights differ from one process's"),
+    Mutation("ddp/resume.py", "resume one step after the checkpoint's step",
+             "set -o pipefail\nTORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 OMP_NUM_THREADS=1 \\\n"
+             "  torchrun --standalone --nproc-per-node=2 --max-restarts=1 \\\n"
+             "  snippets/ddp/resume.py --kill-at-step 5 2>&1 | grep -E \"^(attempt|done)\"",
+             'start = ckpt["step"]', 'start = ckpt["step"] + 1',
+             r"attempt 1: starting at step 5\n.*NOT equal",
+             blind="it prints 'max abs diff 6.0e-02 (NOT equal)' and exits 0: no check "
+                   "ends the run"),
+    Mutation("dp/dp_vs_ddp.py", "every DDP rank loads the global batch, not its share",
+             tr(2, "dp/dp_vs_ddp.py"),
+             "batch_size=BATCH // world, sampler=sampler",
+             "batch_size=BATCH, sampler=sampler",
+             r"AssertionError: DP and DDP disagree"),
+    Mutation("dp/from_scratch.py", "every replica computes on the first chunk",
+             py("dp/from_scratch.py"),
+             "functional_call(replica, params, (chunks[i],))",
+             "functional_call(replica, params, (chunks[0],))",
+             r"AssertionError: from-scratch DP disagrees with the full batch"),
+    # --- context parallelism
+    Mutation("context/ring_attention.py",
+             "the last backward pass skipped: dK, dV stay one rank short of their owner",
+             tr(2, "context/ring_attention.py"),
+             "buf = pass_on(buf if i < world - 1 else buf[2 * B:])()",
+             "buf = pass_on(buf)() if i < world - 1 else buf[2 * B:]",
+             r"predicted != counted or ring != full attention: .*sends per backward"),
+    Mutation("context/ulysses.py",
+             "heads and ranks swapped when the all-to-all's result is unpacked",
+             tr(2, "context/ulysses.py"),
+             "all_to_all(send).permute(1, 2, 0, 3, 4)",
+             "all_to_all(send).permute(1, 0, 2, 3, 4)",
+             r"predicted != counted or Ulysses != full attention"),
+    Mutation("context/zigzag.py",
+             "the block that arrived labelled as the right neighbour's, not the left's",
+             tr(4, "context/zigzag.py"),
+             "theirs = chunks_of((rank - i) % n)", "theirs = chunks_of((rank + i) % n)",
+             r"predicted != counted or ring != full attention"),
+    Mutation("context/torch_cp.py",
+             "the output's gradient cut in plain chunks, not in CP's load-balanced order",
+             tr(2, "context/torch_cp.py"),
+             "        out.backward(cdout)",
+             "        out.backward(dout.chunk(world, dim=2)[rank])",
+             r"context_parallel\(\) != full attention"),
+    # --- experts
+    Mutation("expert/moe.py", "the replicated router's gradient not all-reduced",
+             tr(2, "expert/moe.py"),
+             "dist.all_reduce(ep.router.grad)", "ep.router.grad.mul_(1)",
+             r"predicted != counted or not equal to one process: .*router gradients"),
+    Mutation("expert/capacity.py", "the dispatch all-to-all dropped: slots stay home",
+             tr(2, "expert/capacity.py"),
+             "dist.all_to_all_single(got.view(-1, H), buf.view(-1, H))",
+             "got.view(-1, H).copy_(buf.view(-1, H))",
+             r"predicted != counted or not equal to one process: .*not as one process"),
+    # --- model parallelism: one process, FSDP, TP, 2-D
+    Mutation("model_parallel/naive.py",
+             "the activation detached at the stage boundary: stage 0 learns nothing",
+             py("model_parallel/naive.py"),
+             "return self.stage1(h.to(dev1))", "return self.stage1(h.detach().to(dev1))",
+             r"assert diff < 1e-5, diff\n(?:.*\n)*AssertionError: \d"),
+    Mutation("model_parallel/checkpointing.py",
+             "the checkpointed model built anew, not copied: other initial weights",
+             py("model_parallel/checkpointing.py"),
+             "ckpt = copy.deepcopy(plain)", "ckpt = Net(ckpt=True).to(device)",
+             r"assert diff == 0, diff\n(?:.*\n)*AssertionError: \d"),
+    Mutation("model_parallel/local.py",
+             "the row-wise layer's all-reduce dropped: each rank keeps its partial sum",
+             py("model_parallel/local.py"),
+             '"2": RowwiseParallel()}',
+             '"2": RowwiseParallel(output_layouts=__import__("torch").distributed'
+             '.tensor.Partial())}',
+             r"assert max\(max\(d\._local_tensors(?:.*\n)*AssertionError"),
+    Mutation("model_parallel/fsdp.py", "every rank trains on the first part of the batch",
+             tr(2, "model_parallel/fsdp.py"),
+             "mine = slice(rank * 16 // world, (rank + 1) * 16 // world)",
+             "mine = slice(0, 16 // world)",
+             r"assert diff < 1e-5, diff\n(?:.*\n)*AssertionError: \d"),
+    Mutation("model_parallel/fsdp_cost.py",
+             "one hidden layer left out of fully_shard: it joins the root's unit",
+             tr(2, "model_parallel/fsdp_cost.py"),
+             "for layer in model[:6:2]:", "for layer in model[:4:2]:",
+             r"predicted != counted: reshard_after_forward=True, forward all-gathers"),
+    Mutation("model_parallel/fsdp_clip.py",
+             "the stages' sums of squares not all-reduced",
+             tr(2, "model_parallel/fsdp_clip.py"),
+             "dist.all_reduce(squares)", "squares.mul_(1)",
+             r"assert abs\(total\.item\(\) - ref_norm\.item\(\)\) < 1e-5\n"
+             r"(?:.*\n)*AssertionError"),
+    Mutation("model_parallel/fsdp_clip_mixed.py",
+             "the groups' norms added, not combined as a 2-norm",
+             tr(2, "model_parallel/fsdp_clip_mixed.py"),
+             "total = torch.linalg.vector_norm(torch.stack(norms), norm_type)",
+             "total = torch.stack(norms).sum()",
+             r"AssertionError: \("),
+    Mutation("model_parallel/fsdp_practice.py",
+             "gradient sync never switched back on: no reduce-scatter",
+             tr(2, "model_parallel/fsdp_practice.py"),
+             "model.set_requires_gradient_sync(last)",
+             "model.set_requires_gradient_sync(False)",
+             r"assert diff < 1e-5, diff\n(?:.*\n)*AssertionError: tensor"),
+    Mutation("model_parallel/tensor.py",
+             "the row-wise layer's all-reduce dropped: its partial sums are the output",
+             tr(2, "model_parallel/tensor.py"),
+             '"down": RowwiseParallel(),',
+             '"down": RowwiseParallel(output_layouts=__import__("torch").distributed'
+             '.tensor.Partial()),',
+             r"AssertionError: \('output'"),
+    Mutation("model_parallel/tensor_sp.py",
+             "every rank feeds the first positions, not its own",
+             tr(2, "model_parallel/tensor_sp.py"),
+             "x_sp = x.chunk(world, dim=1)[rank]", "x_sp = x.chunk(world, dim=1)[0]",
+             r"AssertionError: \('loss'"),
+    Mutation("model_parallel/tensor_cost.py",
+             "SequenceParallel left off norm2: its weight gradient is this rank's "
+             "positions only",
+             tr(2, "model_parallel/tensor_cost.py"),
+             'SequenceParallel() for m in ("norm1", "norm2")',
+             'SequenceParallel() for m in ("norm1",)',
+             r"AssertionError: \('TP \+ SP'"),
+    Mutation("model_parallel/tensor_memory.py",
+             "SequenceParallel left off the norm: its weight gradient is this rank's "
+             "positions only",
+             tr(2, "model_parallel/tensor_memory.py"),
+             '} | ({"norm": SequenceParallel()} if sp else {})', "}",
+             r"AssertionError: \('TP \+ SP'"),
+    Mutation("model_parallel/twod.py",
+             "the batch split by the tp rank, not the dp rank",
+             tr(4, "model_parallel/twod.py"),
+             "model(x.chunk(2)[dp])", "model(x.chunk(2)[tp])",
+             r"assert diff\.item\(\) < 1e-5, diff\.item\(\)\n(?:.*\n)*AssertionError: \d"),
+    Mutation("model_parallel/twod_cost.py",
+             "FSDP keeps the gathered weights after forward (reshard_after_forward=False)",
+             tr(4, "model_parallel/twod_cost.py"),
+             'plan), mesh=mesh["dp"])',
+             'plan), mesh=mesh["dp"], reshard_after_forward=False)',
+             r"failed: .*all-gathers in backward"),
+    Mutation("model_parallel/plan.py",
+             "the blocks not wrapped by fully_shard: one unit for the whole stage",
+             py("model_parallel/plan.py", "--model 70b --pp 8 --dp 8 --tp 8 --rank 511"),
+             '    fully_shard(block, mesh=mesh["dp"])\n', "",
+             r"predicted != counted: .*FSDP all-gathers per step"),
+    Mutation("model_parallel/all_dims.py",
+             "the fsdp ranks all take the dp rank's first rows",
+             tr(8, "model_parallel/all_dims.py", "--fsdp 2 --tp 2 --pp 2"),
+             'data = slice((at["dp"] * a.fsdp + at["fsdp"]) * rows, None)',
+             'data = slice(at["dp"] * a.fsdp * rows, None)',
+             r"predicted != counted or not equal to one process: loss and gradients"),
+    # --- pipelines
+    Mutation("model_parallel/pipeline.py",
+             "the schedule never scales the gradients by the micro-batches",
+             tr(2, "model_parallel/pipeline.py"),
+             "loss_fn=loss_fn, scale_grads=scale_grads",
+             "loss_fn=loss_fn, scale_grads=False",
+             r"assert diff < 1e-5, diff\n(?:.*\n)*AssertionError: \d"),
+    Mutation("model_parallel/pipeline_interleaved.py",
+             "the loss summed, not averaged, over each micro-batch",
+             tr(2, "model_parallel/pipeline_interleaved.py"),
+             "n_microbatches=m, loss_fn=nn.MSELoss())",
+             'n_microbatches=m, loss_fn=nn.MSELoss(reduction="sum"))',
+             r"assert diff < 1e-5, diff\.item\(\)\n(?:.*\n)*AssertionError: \d"),
+    Mutation("model_parallel/pipeline_cost.py",
+             "the schedule given half the micro-batches the prediction assumes",
+             tr(2, "model_parallel/pipeline_cost.py"),
+             "stages[0], n_microbatches=m,", "stages[0], n_microbatches=m // 2,",
+             r"predicted != counted: GPipe, sends per step, rank 0"),
+    Mutation("model_parallel/pipeline_memory.py",
+             "the 1F1B pipeline built with GPipe's schedule",
+             tr(2, "model_parallel/pipeline_memory.py"),
+             '("1F1B", Schedule1F1B, 1)', '("1F1B", ScheduleGPipe, 1)',
+             r"predicted != counted: 1F1B, activations held at peak, rank 0"),
+    Mutation("model_parallel/zero_bubble.py",
+             "the loss summed, not averaged, over each micro-batch",
+             tr(2, "model_parallel/zero_bubble.py"),
+             "loss_fn=nn.MSELoss())", 'loss_fn=nn.MSELoss(reduction="sum"))',
+             r"predicted != counted, or gradients not the unsplit model's: \['GPipe'"),
+    Mutation("model_parallel/zero_bubble_memory.py",
+             "stages overlap by a layer (an off-by-one in the split)",
+             tr(2, "model_parallel/zero_bubble_memory.py"),
+             "return full[L * s // S:L * (s + 1) // S]",
+             "return full[L * s // S:L * (s + 1) // S + 1]",
+             r"predicted != counted: 1F1B, rank 0"),
+    Mutation("model_parallel/zero_bubble_traps.py",
+             "scale_grads not passed on: always True",
+             tr(2, "model_parallel/zero_bubble_traps.py"),
+             "scale_grads=scale)", "scale_grads=True)",
+             r"AssertionError: gradients are not what scale_grads promises"),
+    # --- production
+    Mutation("production/activations.py",
+             "selective checkpointing's policy misses addmm: Linear outputs recomputed",
+             py("production/activations.py"),
+             "LINEAR = {aten.addmm.default, aten.mm.default}", "LINEAR = {aten.mm.default}",
+             r"predicted != counted: .*selective, Linear outputs kept, bytes kept"),
+    Mutation("production/affinity.py",
+             "every process binds to the first share (local rank ignored)",
+             tr(2, "production/affinity.py"),
+             "first = local_rank * size + min(local_rank, extra)", "first = 0",
+             r"predicted != counted: shared"),
+    Mutation("production/amp_clip.py", "skip unscale_ before clipping",
+             py("production/amp_clip.py"),
+             "        scaler.unscale_(opt)", "        pass",
+             r"a check failed: see the lines above"),
+    Mutation("production/budget.py",
+             "the budget never reaches the compiler (always 1.0)",
+             py("production/budget.py"),
+             "functorch_config.patch(activation_memory_budget=budget)",
+             "functorch_config.patch(activation_memory_budget=1.0)",
+             r"budget 0\.0: predicted != counted, or the gradients differ"),
+    Mutation("production/comm_hooks.py",
+             "the fp16 hook registered as DDP's uncompressed one",
+             tr(2, "production/comm_hooks.py"),
+             '"fp16_compress_hook": default_hooks.fp16_compress_hook,',
+             '"fp16_compress_hook": default_hooks.allreduce_hook,',
+             r"predicted != counted or a bound not met: fp16_compress_hook"),
+    Mutation("production/dcp_async.py",
+             "async_save without staging: the writer reads the live weights while "
+             "training goes on",
+             tr(2, "production/dcp_async.py"),
+             'checkpoint_id=f"{root}/async", process_group=ckpt_group)',
+             'checkpoint_id=f"{root}/async", process_group=ckpt_group, '
+             'async_stager=type("NoCopy", (), {"stage": lambda self, sd: sd, '
+             '"should_synchronize_after_execute": False})())',
+             r"AssertionError: the asynchronous checkpoint does not hold the weights it "
+             r"was given",
+             blind="exit 0: 'torch.equal on every shard: True' (the writer thread wrote "
+                   "before the next steps changed the weights). The cost lines miss a "
+                   "replicated mesh (world x 1) too: DCP spreads replicated tensors evenly, "
+                   "16,793,600 B per rank, as the shards would be"),
+    Mutation("production/ddp_buckets.py",
+             "DDP built without the options the prediction assumes",
+             tr(2, "production/ddp_buckets.py"),
+             "              **ddp_args)", "              )",
+             r"predicted != counted: .*bucket_cap_mb=1\), buckets"),
+    Mutation("production/fp8_fsdp.py", "the float8 all-gather never switched on",
+             tr(2, "production/fp8_fsdp.py"),
+             "enable_fsdp_float8_all_gather=float8_gather",
+             "enable_fsdp_float8_all_gather=False",
+             r"predicted != counted, or outputs differ: \['float8 all-gather, bytes"),
+    Mutation("production/fp8_numerics.py",
+             "row-wise scaling computed over the whole tensor",
+             py("production/fp8_numerics.py"),
+             "amax = x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax()",
+             "amax = x.abs().amax()",
+             r"a figure is outside its bound: see the lines above"),
+    Mutation("production/fsdp_reshard.py",
+             "gradient sync left on for every micro-batch: a reduce-scatter each",
+             tr(4, "production/fsdp_reshard.py"),
+             "model.set_requires_gradient_sync(last)",
+             "model.set_requires_gradient_sync(True)",
+             r"predicted != counted, or not one process's weights: .*case 4, "
+             r"reduce-scatters"),
+    Mutation("production/ft_replicas.py",
+             "the restarted group not healed: its model state is not loaded",
+             py("production/ft_replicas.py"),
+             'load_state_dict=lambda sd: (model.load_state_dict(sd["model"]),',
+             "load_state_dict=lambda sd: (None,",
+             r"fault tolerance failed"),
+    Mutation("production/offload.py",
+             "the forward runs outside save_on_cpu's hooks: nothing offloaded",
+             py("production/offload.py"),
+             "    with torch.autograd.graph.saved_tensors_hooks(*hooks):\n"
+             "        out = wrap(model, x)\n",
+             "    out = wrap(model, x)\n",
+             r"predicted != counted: save_on_cpu, bytes on the host"),
+    Mutation("production/powersgd.py",
+             "PowerSGD's approximation rank not passed on: always 1",
+             tr(2, "production/powersgd.py"),
+             "matrix_approximation_rank=r,", "matrix_approximation_rank=1,",
+             r"predicted != counted or a bound not met: powerSGD_hook r=2 \(bytes\)"),
+    Mutation("production/profile_step.py",
+             "no_sync() left on in every case: DDP never all-reduces",
+             tr(2, "production/profile_step.py"),
+             "with ddp.no_sync() if by_hand else contextlib.nullcontext():",
+             "with ddp.no_sync():",
+             r"predicted != counted: overlap: all-reduces launched"),
+    Mutation("production/start_methods.py", "the fork case started with spawn",
+             py("production/start_methods.py"),
+             '(("fork", "fork"),', '(("fork", "spawn"),',
+             r"not as predicted: fork"),
 ]
 MUTATIONS = [m._replace(program=f"snippets/{m.program}") for m in MUTATIONS]
 
 # Programs whose bounded figures compare with no reference a mutation of a parallel mechanism
 # could move: program -> why.
-NOT_A_REFERENCE: dict[str, str] = {}
+NOT_A_REFERENCE: dict[str, str] = {
+    "snippets/production/fp8_train.py":
+        "its bounds are tolerances of training quality (float8 within 10 % of bfloat16's "
+        "first output, within 20 % of its final loss), one process, nothing parallel",
+}
 
 
 def _id(m: Mutation) -> str:
@@ -98,7 +399,7 @@ def test_entry_is_current(m):
                         f"(the program changed: update the entry)\n{m.old}")
     assert m.old != m.new
     assert m.program in m.command, f"{m.program}: the command runs another program"
-    assert any(m.command == _joined(b.code) for b in _page_blocks()), (
+    assert any(_joined(m.command) == _joined(b.code) for b in _page_blocks()), (
         f"{m.program}: no page runs `{m.command}`")
     re.compile(m.must_fail)
 
@@ -207,27 +508,49 @@ def run_in(command: str, cwd: Path, timeout: float) -> runner.Result:
                          time.monotonic() - start, timed_out)
 
 
+# torchrun's own report of a failed worker (its traceback, ChildFailedError): after the
+# program's output, and the same for every program
+_AGENT = re.compile(r"^[EW]\d{4} .*torch/distributed/elastic/", re.M)
+
+
+def _shown(output: str, n: int = 40) -> str:
+    """The program's last lines, before torchrun's report of the failure."""
+    m = _AGENT.search(output)
+    lines = output[:m.start() if m else len(output)].rstrip().splitlines()
+    return "\n".join(lines[-n:])
+
+
 def mutated_run(m: Mutation) -> runner.Result:
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
         _copy(m, Path(tmp))
         return run_in(m.command, Path(tmp), TIMEOUT)
 
 
-def pagerun_background():
-    """The mutated runs start with the session, in the engine's pool (``make test-mutations``)."""
-    if not RUNS:
-        return []
-    return [(f"mutation:{m.program}", mutated_run, (m,)) for m in MUTATIONS]
+@pytest.fixture(scope="module")
+def _all_started(request):
+    """The selected mutated runs, started at once in the engine's pool (DOCS_JOBS at a time),
+    the longest first; each test then waits for its own."""
+    jobs = int(os.environ.get("DOCS_JOBS", max(2, 3 * (os.cpu_count() or 1) // 2)))
+    chosen = [i.callspec.params["m"] for i in request.session.items
+              if getattr(i, "originalname", "") == "test_mutation_is_caught"]
+    for m in sorted(chosen, key=lambda m: -runner._measured().get(_joined(m.command),
+                                                                   (30.0,))[0]):
+        runner.background(f"mutation:{m.program}", mutated_run, m, jobs=jobs)
 
 
-@pytest.mark.skipif(not RUNS, reason="the mutated runs are a pass of their own: "
-                                     "`make test-mutations` (DOCS_MUTATIONS=1; .ci/run runs it)")
-@pytest.mark.parametrize("m", MUTATIONS, ids=_id)
-def test_mutation_is_caught(m):
+SKIP = pytest.mark.skipif(not RUNS, reason="the mutated runs are a pass of their own: "
+                          "`make test-mutations` (DOCS_MUTATIONS=1; .ci/run runs it)")
+
+
+@SKIP
+@pytest.mark.parametrize("m", [pytest.param(m, marks=pytest.mark.xfail(
+    strict=True, reason=f"the check does not bite yet: {m.blind}")) if m.blind else m
+    for m in MUTATIONS], ids=_id)
+def test_mutation_is_caught(m, _all_started):
     res = runner.result(f"mutation:{m.program}", mutated_run, m)
     head = (f"{m.program}, mutated ({m.mutation}): {m.old!r} -> {m.new!r}\n"
             f"command: {m.command}\n")
-    tail = "\n".join(res.output.rstrip().splitlines()[-40:])
+    tail = _shown(res.output)
     assert not res.timed_out, f"{head}timed out after {TIMEOUT} s; output (tail):\n{tail}"
     assert res.exit != 0, f"{head}exit 0: the check did not fail; output (tail):\n{tail}"
     assert re.search(m.must_fail, res.output), (
