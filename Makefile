@@ -13,7 +13,7 @@ TORCH ?= torch==2.13.0
 PYTHON ?= $(VENV)/bin/python
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install test test-hosts serve build bench bench-site update-outputs test-gpu gpu-wheels
+.PHONY: install test test-hosts test-mutations serve build bench bench-site update-outputs test-gpu gpu-wheels
 
 $(VENV)/bin/python:
 	$(BASE_PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ build: install
 test-hosts: install
 	DOCS_HOSTS=1 $(PYTHON) -m pytest --codeblocks -p no:cacheprovider \
 	  docs/en/ddp/multinode.md docs/zh/ddp/multinode.md tests/test_hosts.py $(PYTEST_ARGS)
+
+# Every check bites: each program's parallel mechanism broken in a copy of it, and its own
+# check must then fail (tests/test_mutations.py); about 100 s on 2 cores, so a pass of its own
+# (CONTRIBUTING.md, "Every check bites")
+test-mutations: install
+	DOCS_MUTATIONS=1 $(PYTHON) -m pytest -p no:cacheprovider tests/test_mutations.py $(PYTEST_ARGS)
 
 update-outputs: install
 	$(PYTHON) -m pytest --codeblocks --update-outputs

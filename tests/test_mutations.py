@@ -399,9 +399,14 @@ def test_entry_is_current(m):
                         f"(the program changed: update the entry)\n{m.old}")
     assert m.old != m.new
     assert m.program in m.command, f"{m.program}: the command runs another program"
-    assert any(_joined(m.command) == _joined(b.code) for b in _page_blocks()), (
-        f"{m.program}: no page runs `{m.command}`")
-    re.compile(m.must_fail)
+    blocks = [b for b in _page_blocks() if _joined(m.command) == _joined(b.code)]
+    assert blocks, f"{m.program}: no page runs `{m.command}`"
+    # the message is the failure's own: the clean run's recording does not have it
+    for block in blocks:
+        rec = block.key and recordings.load("cpu", block.key)
+        assert rec, f"{m.program}: `{m.command}` has no CPU recording"
+        assert not re.search(m.must_fail, rec.body), (
+            f"{m.program}: /{m.must_fail}/ is in the clean run's recording {block.key}")
 
 
 def test_one_entry_per_program():
