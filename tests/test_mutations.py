@@ -112,6 +112,19 @@ MUTATIONS = [
              "functional_call(replica, params, (chunks[i],))",
              "functional_call(replica, params, (chunks[0],))",
              r"AssertionError: from-scratch DP disagrees with the full batch"),
+    Mutation("ddp/evaluate.py", "the forward through the wrapped module, bypassing DDP",
+             tr(2, "ddp/evaluate.py"),
+             "ddp(torch.randn(4, 4, device=device)).sum().backward()",
+             "ddp.module(torch.randn(4, 4, device=device)).sum().backward()",
+             r"replicas identical: False",
+             blind="it prints 'replicas identical: True' and exits 0: Join's hook "
+                   "broadcasts the last joiner's weights at the end, whatever the steps "
+                   "did, and no check ends the run"),
+    Mutation("training/amp_ddp.py", "the forward through the wrapped module, bypassing DDP",
+             tr(2, "training/amp_ddp.py", "--dtype fp16 bf16"),
+             "ddp_model(x * (1e4 if bad else 1.0))",
+             "ddp_model.module(x * (1e4 if bad else 1.0))",
+             r"AssertionError: replicas diverged"),
     # --- context parallelism
     Mutation("context/ring_attention.py",
              "the last backward pass skipped: dK, dV stay one rank short of their owner",
@@ -169,6 +182,16 @@ MUTATIONS = [
              "mine = slice(rank * 16 // world, (rank + 1) * 16 // world)",
              "mine = slice(0, 16 // world)",
              r"assert diff < 1e-5, diff\n(?:.*\n)*AssertionError: \d"),
+    Mutation("model_parallel/fsdp_save.py",
+             "rank 0 saves its own shards as the full state dict",
+             "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \\\n"
+             "    snippets/model_parallel/fsdp_save.py --save /tmp/fsdp-save\n"
+             "python snippets/model_parallel/fsdp_save.py --convert /tmp/fsdp-save "
+             "/tmp/fsdp-save.pt",
+             'torch.save(full, args.save + ".full.pt")',
+             'torch.save({k: v.to_local() for k, v in model.state_dict().items()}, '
+             'args.save + ".full.pt")',
+             r"equal to the full state dict of rank 0: False\n(?:.*\n)*AssertionError"),
     Mutation("model_parallel/fsdp_cost.py",
              "one hidden layer left out of fully_shard: it joins the root's unit",
              tr(2, "model_parallel/fsdp_cost.py"),
@@ -366,6 +389,42 @@ MUTATIONS = [
              "with ddp.no_sync() if by_hand else contextlib.nullcontext():",
              "with ddp.no_sync():",
              r"predicted != counted: overlap: all-reduces launched"),
+    Mutation("production/dcp_reshard.py",
+             "DCP loads into copies of the TP model's state dict, which are dropped",
+             "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \\\n"
+             "  snippets/production/dcp_reshard.py --save /tmp/reshard\n"
+             "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \\\n"
+             "  snippets/production/dcp_reshard.py --load-tp /tmp/reshard\n"
+             "python snippets/production/dcp_reshard.py --load-one /tmp/reshard\n"
+             "python snippets/production/dcp_convert.py /tmp/reshard",
+             'dcp.load({"model": sd}, checkpoint_id=args.load_tp)',
+             'dcp.load({"model": {k: v.clone() for k, v in sd.items()}}, '
+             'checkpoint_id=args.load_tp)',
+             r"torch\.equal on all 4: False\n(?:.*\n)*the loaded weights differ from the "
+             r"saved ones"),
+    Mutation("production/dcp_resume.py", "resume one step after the checkpoint's step",
+             "rm -rf /tmp/resume-a /tmp/resume-b\n"
+             "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \\\n"
+             "  snippets/production/dcp_resume.py --ckpt-dir /tmp/resume-a \\\n"
+             "  --save-final /tmp/resume-a.pt\n"
+             "set -o pipefail\n"
+             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 OMP_NUM_THREADS=1 torchrun --standalone "
+             "\\\n"
+             "  --nproc-per-node=2 --max-restarts=1 snippets/production/dcp_resume.py \\\n"
+             "  --ckpt-dir /tmp/resume-b --kill-at-step 8 --compare /tmp/resume-a.pt 2>&1 "
+             "\\\n"
+             '  | grep -E "^(attempt|saved|done)"',
+             'step = int(done[-1].split("-")[1])', 'step = int(done[-1].split("-")[1]) + 1',
+             r"torch\.equal on all 4 tensors: False"),
+    Mutation("production/preempt.py", "resume one step after the checkpoint's step",
+             "set -o pipefail\n"
+             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 OMP_NUM_THREADS=1 torchrun --standalone "
+             "\\\n"
+             "  --nproc-per-node=2 --max-restarts=1 snippets/production/preempt.py \\\n"
+             "  --preempt-at-step 5 2>&1 \\\n"
+             '  | grep -oE "^(attempt|signal|done).*|failed \\(exitcode: [0-9]+\\)"',
+             'step = state["step"]', 'step = state["step"] + 1',
+             r"torch\.equal on all 4 tensors: False"),
     Mutation("production/start_methods.py", "the fork case started with spawn",
              py("production/start_methods.py"),
              '(("fork", "fork"),', '(("fork", "spawn"),',
@@ -376,6 +435,12 @@ MUTATIONS = [m._replace(program=f"snippets/{m.program}") for m in MUTATIONS]
 # Programs whose bounded figures compare with no reference a mutation of a parallel mechanism
 # could move: program -> why.
 NOT_A_REFERENCE: dict[str, str] = {
+    "snippets/cuda/determinism.py":
+        "five runs of one op on one device against each other; the CPU's index_add_ has "
+        "no nondeterministic kernel to swap in, and nothing runs in parallel",
+    "snippets/dp/cpu_only.py":
+        "shows that DataParallel without a GPU calls the module itself: there is no "
+        "parallel mechanism to break",
     "snippets/production/fp8_train.py":
         "its bounds are tolerances of training quality (float8 within 10 % of bfloat16's "
         "first output, within 20 % of its final loss), one process, nothing parallel",
@@ -432,29 +497,37 @@ def _page_blocks() -> list[Block]:
     return _BLOCKS
 
 
-def checked_programs() -> dict[str, list[str]]:
-    """program -> the CPU recordings that show its check: a cost line or a bounded figure.
-    A recording's programs are those its command names (not the modules they import)."""
+# an equality verdict in words: "torch.equal on all 4: True", "replicas identical: True",
+# "dp(x) equals model(x): True", "equal to the full state dict of rank 0: True"
+EQUAL_WORDS = re.compile(r"torch\.equal|\bidentical\b|\bequals?\b.*: (?:True|False)$"
+                         r"|\bequal to\b.*: (?:True|False)$", re.M)
+
+
+def checked_recordings() -> dict[str, list[str]]:
+    """CPU recording -> the programs its command names, for every recording that shows a
+    check: a cost line, a bounded figure, or an equality verdict in words."""
     found: dict[str, list[str]] = {}
     cpu = recordings.OUTPUTS / "cpu"
     for path in sorted(cpu.rglob("*.txt")):
         rec = recordings.load_file(path, "cpu", "")
         body = rec.body
-        if not (any(MENTIONS.search(line) for line in body.splitlines())
-                or recordings.BOUNDED.search(body)):
-            continue
-        for program in re.findall(r"snippets/[\w/.-]+\.py", rec.meta.get("command", "")):
-            found.setdefault(program, []).append(path.relative_to(cpu).as_posix())
+        if (any(MENTIONS.search(line) for line in body.splitlines())
+                or recordings.BOUNDED.search(body) or EQUAL_WORDS.search(body)):
+            programs = re.findall(r"snippets/[\w/.-]+\.py", rec.meta.get("command", ""))
+            if programs:
+                found[path.relative_to(cpu).as_posix()] = sorted(set(programs))
     return found
 
 
 def test_every_check_has_an_entry():
+    """One program of each such recording's command has an entry (or a reason not to)."""
     have = {m.program for m in MUTATIONS} | set(NOT_A_REFERENCE)
-    missing = {p: r for p, r in checked_programs().items() if p not in have}
+    missing = {r: p for r, p in checked_recordings().items() if not have & set(p)}
     assert not missing, (
-        "programs whose recordings print a cost line or a bounded figure, without a mutation "
-        "in tests/test_mutations.py (MUTATIONS) that shows their check bites:\n"
-        + "\n".join(f"  {p} ({', '.join(r)})" for p, r in sorted(missing.items())))
+        "recordings that print a cost line, a bounded figure or an equality verdict, whose "
+        "programs have no mutation in tests/test_mutations.py (MUTATIONS) that shows their "
+        "check bites:\n" + "\n".join(f"  outputs/cpu/{r}: {', '.join(p)}"
+                                     for r, p in sorted(missing.items())))
 
 
 # --------------------------------------------------------------------------------------------
@@ -526,9 +599,18 @@ def _shown(output: str, n: int = 40) -> str:
 
 
 def mutated_run(m: Mutation) -> runner.Result:
+    """The mutated copy, run by the page's command; a block of several commands stops at the
+    first that fails (``set -e``: the mutated program's exit status, not the last command's),
+    and the files it names under /tmp/ go to the temporary folder (a page run beside it
+    uses the same names)."""
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
         _copy(m, Path(tmp))
-        return run_in(m.command, Path(tmp), TIMEOUT)
+        files = Path(tmp) / "tmp"
+        files.mkdir()
+        command = m.command.replace("/tmp/", f"{files}/")
+        if "\n" in command.replace("\\\n", ""):
+            command = "set -e\n" + command
+        return run_in(command, Path(tmp), TIMEOUT)
 
 
 @pytest.fixture(scope="module")
