@@ -166,9 +166,13 @@ MUTATIONS = [
              "return self.stage1(h.to(dev1))", "return self.stage1(h.detach().to(dev1))",
              r"assert diff < 1e-5, diff\n(?:.*\n)*AssertionError: \d"),
     Mutation("model_parallel/checkpointing.py",
-             "the checkpointed model built anew, not copied: other initial weights",
+             "a block's input changed in place after its checkpointed forward: the "
+             "recomputation in backward sees other values",
              py("model_parallel/checkpointing.py"),
-             "ckpt = copy.deepcopy(plain)", "ckpt = Net(ckpt=True).to(device)",
+             "h = checkpoint(block, h, use_reentrant=False)\n",
+             "h_in, h = h, checkpoint(block, h, use_reentrant=False)\n"
+             "                if h_in.grad_fn is not None:  # x, a leaf, cannot be\n"
+             "                    h_in.mul_(1.5)\n",
              r"assert diff == 0, diff\n(?:.*\n)*AssertionError: \d"),
     Mutation("model_parallel/local.py",
              "the row-wise layer's all-reduce dropped: each rank keeps its partial sum",
