@@ -12,14 +12,17 @@ from that folder, in its own process group with a time limit (``pagerun.runner``
 where the command allows it). It passes when the run exits non-zero, within its time, and
 prints ``must_fail``.
 
-``test_every_check_has_an_entry`` keeps the table complete: every program whose CPU recording
-has a cost line (the form of ``tests/test_costs.py``) or a bounded figure (``recordings.BOUNDED``,
-a difference with the bound it meets: ``6.0e-08 (< 1e-6: equal up to float32 round-off)``) has
-an entry, or a reason in ``NOT_A_REFERENCE`` why its bounded figures compare with no reference.
+``test_every_check_has_an_entry`` keeps the table complete: every CPU recording that shows a
+check (a cost line in the form of ``tests/test_costs.py``; a bounded figure, ``recordings.BOUNDED``:
+``6.0e-08 (< 1e-6: equal up to float32 round-off)``; or an equality verdict in words,
+``torch.equal on all 4: True``) names in its command a program with an entry, or with a reason in
+``NOT_A_REFERENCE`` why no mutation applies. A program whose check does not bite keeps its entry
+with ``blind`` saying what the run printed: an expected failure that must not pass.
 
-The runs take minutes on 2 cores (CONTRIBUTING.md, "What `make test` checks"), so they are a pass
-of their own: ``make test-mutations`` (``DOCS_MUTATIONS=1``); ``make test`` checks the table
-(each ``old`` occurs once, the completeness) and skips the runs, with the reason.
+The runs take minutes on 2 cores (CONTRIBUTING.md, "Every check bites"), so they are a pass of
+their own: ``make test-mutations`` (``DOCS_MUTATIONS=1``); ``make test`` checks the table (each
+``old`` occurs once, each ``must_fail`` is absent from the clean recording, the completeness) and
+skips the runs, with the reason.
 """
 
 from __future__ import annotations
@@ -436,8 +439,8 @@ MUTATIONS = [
 ]
 MUTATIONS = [m._replace(program=f"snippets/{m.program}") for m in MUTATIONS]
 
-# Programs whose bounded figures compare with no reference a mutation of a parallel mechanism
-# could move: program -> why.
+# Programs whose check compares with no reference a mutation of a parallel mechanism could
+# move: program -> why.
 NOT_A_REFERENCE: dict[str, str] = {
     "snippets/cuda/determinism.py":
         "five runs of one op on one device against each other; the CPU's index_add_ has "
@@ -624,8 +627,10 @@ def _all_started(request):
     jobs = int(os.environ.get("DOCS_JOBS", max(2, 3 * (os.cpu_count() or 1) // 2)))
     chosen = [i.callspec.params["m"] for i in request.session.items
               if getattr(i, "originalname", "") == "test_mutation_is_caught"]
-    for m in sorted(chosen, key=lambda m: -runner._measured().get(_joined(m.command),
-                                                                   (30.0,))[0]):
+    seconds = runner._measured()  # by the page block's command (block_costs.json)
+    page = {_joined(b.code): runner.command_of(b) for b in _page_blocks()}
+    for m in sorted(chosen, key=lambda m: -seconds.get(page.get(_joined(m.command), ""),
+                                                       (30.0,))[0]):
         runner.background(f"mutation:{m.program}", mutated_run, m, jobs=jobs)
 
 
