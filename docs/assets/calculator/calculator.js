@@ -176,6 +176,7 @@
   function activations(s) {  // bytes kept for backward on the first stage (null: unknown)
     const {layers: L, hidden: h, seq, batch: b, tp: t, pp: p, cp: c} = s;
     const u = b * (seq / c) * h * BYTES[s.precision].x / 2;  // s·b·h at 16 bits
+    // a GPT-3 layer (Korthikanti et al.): a SwiGLU (Llama) layer keeps more than 34
     const perLayer = (s.experts ? 15 + 19 * s.topk : t > 1 ? 4 + 30 / t : 34) * u;
     const inFlight = Math.min(s.micro, p) * L / p;  // 1F1B: min(m, p) micro-batches of L/p layers
     return s.checkpointing === "none" ? inFlight * perLayer : inFlight * 2 * u / t + perLayer;
