@@ -15,7 +15,9 @@ export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: install test test-hosts test-mutations serve build bench bench-site update-outputs test-gpu gpu-wheels
 
+# the Python README names (pyproject.toml's requires-python): an older one gets one line, no .venv
 $(VENV)/bin/python:
+	@$(BASE_PYTHON) pagerun/envcheck.py --python
 	$(BASE_PYTHON) -m venv $(VENV)
 
 # One install per environment and checkout, again only when pyproject.toml changes: a stamp in
@@ -24,6 +26,7 @@ $(VENV)/bin/python:
 STAMP = $$($(PYTHON) -c 'import sys; print(sys.prefix)')/.gpu-by-example-$$(cat pyproject.toml | cksum | cut -d' ' -f1)-$$(echo '$(CURDIR)' | cksum | cut -d' ' -f1)
 ifeq ($(PYTHON),$(VENV)/bin/python)
 install: $(VENV)/bin/python
+	@$(PYTHON) pagerun/envcheck.py --python
 	@stamp="$(STAMP)"; \
 	if [ ! -f "$$stamp" ]; then \
 	  $(PYTHON) -m pip install -q $(TORCH) numpy && \

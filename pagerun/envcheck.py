@@ -1,10 +1,11 @@
 """Check, never change, an environment the reader brought (``make test PYTHON=...``).
 
-    python pagerun/envcheck.py
+    python pagerun/envcheck.py            # the Python and the packages
+    python pagerun/envcheck.py --python   # the Python alone (before a .venv is made from it)
 
-Exits 0 when this interpreter has every package ``pyproject.toml`` asks for, in its range;
-otherwise prints one line naming what is missing or out of range, with the command that fixes
-it, and exits 1. Only the project's own ``.venv`` is ever installed into (the Makefile's
+Exits 0 when this interpreter is a Python ``pyproject.toml`` allows (``requires-python``) and
+has every package it asks for, in its range; otherwise prints one line naming what is missing or
+out of range, with the command that fixes it, and exits 1. Only the project's own ``.venv`` is ever installed into (the Makefile's
 ``install``); this script installs nothing. Standard library only: it runs before anything else.
 """
 
@@ -36,6 +37,24 @@ def requirements() -> list[tuple[str, list[tuple[str, str]]]]:
     return out
 
 
+def lowest_python() -> str:
+    """The lowest Python ``pyproject.toml`` allows (``requires-python = ">=3.11"``): README and
+    the Makefile's check name this one fact."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    return re.search(r'^requires-python\s*=\s*">=\s*([\d.]+)"', text, re.M).group(1)
+
+
+def python_problem() -> str | None:
+    """One line if this Python is older than the project allows, else None."""
+    low = lowest_python()
+    if sys.version_info[:3] >= _version(low):
+        return None
+    have = ".".join(map(str, sys.version_info[:3]))
+    return (f"make: {sys.executable} is Python {have}; this project needs Python {low} or newer "
+            f"(README). Choose another interpreter: make test BASE_PYTHON=python{low}, or "
+            f"PYTHON=... for an environment you already have.")
+
+
 def problems() -> list[str]:
     ops = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b,
            "!=": lambda a, b: a != b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
@@ -54,6 +73,12 @@ def problems() -> list[str]:
 
 
 def main() -> int:
+    too_old = python_problem()
+    if too_old:
+        print(too_old)
+        return 1
+    if "--python" in sys.argv[1:]:
+        return 0
     bad = problems()
     if not bad:
         return 0

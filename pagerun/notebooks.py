@@ -58,7 +58,7 @@ TEXT = {
     },
     "zh": {
         "title": "# {title}：notebook",
-        "intro": ("由 `snippets/{folder}/` 中的程序生成，收录的是[{title}]({page})这一页最先运行的那些"
+        "intro": ("由 `snippets/{folder}/` 中的程序生成，收录的是[{title}]({page})这一页最先运行的那些程序"
                   "（前面的页面已经运行过的程序，收在那一页的 notebook 里）。每个程序都是页面中展示的那个"
                   "文件，运行方式也与页面相同：先用 `%%writefile` 写到 `snippets/{folder}/`，再在 shell "
                   "单元中用页面里的命令启动。请从上往下依次运行，第一个单元会创建目录。"

@@ -160,6 +160,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                                      f"(re-record on a {cls.upper()} machine)")
             for path, why in sorted(old.items()):
                 terminalreporter.write_line(f"{path}: {why}")
+    if here != "gpu":
+        missing = runner.missing_recordings(pages.all_blocks(), "gpu")
+        if missing:
+            terminalreporter.section("outputs without a GPU recording (record on a GPU machine)")
+            for key, why in sorted(missing.items()):
+                terminalreporter.write_line(f"{key}: {why}")
 
 
 INSTALLED = pytest.StashKey[dict]()

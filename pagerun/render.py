@@ -23,6 +23,9 @@ TEXT = {
         "cpu-cuda-build": "CPU, CUDA build of torch",
         "cpu_builds": "CPU, CPU-only build of torch",
         "gpu": "GPU",
+        "gpu_label": "GPU ({gpu}, torch {torch})",
+        "gpu_cpu_label": "GPU machine, CPU run ({gpu}, torch {torch})",
+        "ran_cpu": "it ran on that machine's CPU: none of its processes held GPU memory",
         "missing_gpu": "No GPU run has been recorded for this example yet.",
         "missing_cpu": "This example needs a GPU; there is no CPU output.",
         "recorded": "Recorded {date} with torch {torch} on {device}",
@@ -37,12 +40,16 @@ TEXT = {
         "verified_test": "This page's tests: `pytest --codeblocks {path}` (runs every command above and compares its output).",
         "stale": "Recorded from an earlier version of this program ({why}); it will be recorded again on the next {cls} run.",
         "stale_line": "{n} of them from an earlier version of their program",
+        "cpu_line": "{n} of them ran on the GPU machine's CPU",
     },
     "zh": {
         "cpu": "CPU",
         "cpu-cuda-build": "CPU，CUDA 版 PyTorch",
         "cpu_builds": "CPU，CPU 版 PyTorch",
         "gpu": "GPU",
+        "gpu_label": "GPU（{gpu}，torch {torch}）",
+        "gpu_cpu_label": "GPU 机器上的 CPU 运行（{gpu}，torch {torch}）",
+        "ran_cpu": "实际跑在这台机器的 CPU 上：它的进程都没有占用 GPU 显存",
         "missing_gpu": "这个示例还没有在 GPU 上录制过输出。",
         "missing_cpu": "这个示例需要 GPU，没有 CPU 输出。",
         "recorded": "{date} 录制 · torch {torch} · {device}",
@@ -57,6 +64,7 @@ TEXT = {
         "verified_test": "本页的测试：`pytest --codeblocks {path}`（运行本页的每条命令并核对输出）。",
         "stale": "这段输出录制自这个程序的旧版本（{why}），下次在 {cls} 上运行测试时会重新录制。",
         "stale_line": "其中 {n} 段录制自程序的旧版本",
+        "cpu_line": "其中 {n} 段跑在 GPU 机器的 CPU 上",
         "why": {"program changed since: ": "此后改动过的程序：",
                 "recorded from another command: ": "录制时的命令是 ",
                 "recorded without program fingerprints": "录制时没有记下程序指纹"},
@@ -73,6 +81,16 @@ def _stale(rec, block) -> str | None:
     if rec is None or block is None:
         return None
     return recordings.stale(rec, " ".join(block.code.split()), block.snippets)
+
+
+def ran_on_cpu(rec) -> bool:
+    """A GPU machine's recording whose processes held no GPU memory (header ``ran on: CPU``)."""
+    return rec.meta.get("ran on") == "CPU"
+
+
+def short_torch(version: str) -> str:
+    """``2.11.0+cu130`` -> ``2.11``: the release a tab's label names."""
+    return ".".join(version.split("+")[0].split(".")[:2])
 
 
 def render(key: str, needs_gpu: bool, lang: str, block=None) -> str:
@@ -93,7 +111,10 @@ def render(key: str, needs_gpu: bool, lang: str, block=None) -> str:
                 continue
         else:
             if cls == "gpu":
-                label = f'{t["gpu"]} ({recordings.short_gpu_name(rec.meta.get("device", ""))})'
+                # where it ran and with which torch, from the header (``ran on``: pagerun.runner)
+                label = t["gpu_cpu_label" if ran_on_cpu(rec) else "gpu_label"].format(
+                    gpu=recordings.short_gpu_name(rec.meta.get("device", "")),
+                    torch=short_torch(rec.meta.get("torch", "?")))
             elif cls == "cpu" and recordings.load("cpu-cuda-build", key):
                 label = t["cpu_builds"]  # beside the CUDA build's tab
             else:
@@ -107,6 +128,8 @@ def render(key: str, needs_gpu: bool, lang: str, block=None) -> str:
                 torch=rec.meta.get("torch", "?"),
                 device=rec.meta.get("device", "?"),
             )
+            if cls == "gpu" and ran_on_cpu(rec):
+                stamp += " · " + t["ran_cpu"]
             if rec.exit:
                 stamp += " · " + t["exit"].format(exit=rec.exit)
             if recordings.is_volatile(rec.body):
@@ -152,6 +175,9 @@ def verified_on(directives: list[tuple[str, bool]], lang: str, page_path: str | 
         old = sum(1 for r in recs if _stale(r, (by_key or {}).get(r.key)))
         if old:
             lines[-1] += "; " + t["stale_line"].format(n=old)
+        on_cpu = sum(1 for r in recs if cls == "gpu" and ran_on_cpu(r))
+        if on_cpu:
+            lines[-1] += "; " + t["cpu_line"].format(n=on_cpu)
     if gpu_missing:
         lines += ["", t["verified_gpu_note"]]
     if page_path:

@@ -68,6 +68,7 @@ class Result:
     how: str = "shell"  # "shell" or "warm"
     ended: float = field(default_factory=time.monotonic)  # when, for DOCS_TIMINGS' timeline
     cpu: float = 0.0  # CPU seconds of the block's shell and what it waited for (DOCS_TIMINGS)
+    cuda: bool | None = None  # on a GPU machine: whether any of its processes held GPU memory
 
 
 def tag(code: str) -> str:
@@ -161,16 +162,36 @@ def warm_commands(block: Block, server: bool = True) -> list[tuple[dict, list[st
     return cmds or None
 
 
+# On a GPU machine every Python process of a block says at exit whether it held GPU memory
+# (pagerun/_site/sitecustomize.py): a recording's ``ran on`` header, shown on its GPU tab.
+SITE = Path(__file__).with_name("_site")
+
+
 def run(block: Block, warm: bool = True, warm_agents: bool = True) -> Result:
     """Run a block: warm (through the fork server, what can be) or as a plain shell would.
-    ``warm_agents=False``: a shell block's ``torchrun`` is the real one (its workers still warm)."""
+    ``warm_agents=False``: a shell block's ``torchrun`` is the real one (its workers still warm).
+    On a GPU machine the result says whether the block used the GPU (``Result.cuda``)."""
+    if device()["class"] != "gpu":
+        return _run(block, warm, warm_agents, {})
+    marks = tempfile.mkdtemp(prefix="pagerun-cuda-")
+    try:
+        extra = {"PAGERUN_CUDA_MARK": marks, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(SITE), os.environ.get("PYTHONPATH")]))}
+        res = _run(block, warm, warm_agents, extra)
+        res.cuda = bool(os.listdir(marks))
+        return res
+    finally:
+        shutil.rmtree(marks, ignore_errors=True)
+
+
+def _run(block: Block, warm: bool, warm_agents: bool, extra: dict) -> Result:
     start = time.monotonic()
     cmds = warm_commands(block) if warm else None
     timings = {"PAGERUN_BLOCK": tag(block.code)} if os.environ.get("DOCS_TIMINGS") else {}
     if cmds:
         from pagerun import warmpool
 
-        base = dict(env(), **timings)
+        base = dict(env(), **timings, **extra)
         out, code, timed_out = [], 0, False
         for assigns, argv in cmds:  # like bash -c: every line runs; the last one's status counts
             left = block.timeout - (time.monotonic() - start)
@@ -187,7 +208,7 @@ def run(block: Block, warm: bool = True, warm_agents: bool = True) -> Result:
         argv = [sys.executable, "-c", block.code]
     else:
         argv = ["bash" if block.syntax == "bash" else "sh", "-c", block.code]
-    e = dict(env(), **timings)
+    e = dict(env(), **timings, **extra)
     if warm and warm_on() and "torchrun" in block.code:
         from pagerun import warmpool
 
@@ -472,6 +493,9 @@ def check(block: Block, update: bool = False) -> str:
     meta = {"command": command, "exit": res.exit, "files": files, "torch": dev["torch"],
             "python": dev["python"], "device": dev["desc"],
             "date": datetime.date.today().isoformat()}
+    if res.cuda is not None:  # a GPU machine: where the block's tensors were
+        meta = dict(meta, **{"ran on": "GPU" if res.cuda else "CPU"})
+        meta["date"] = meta.pop("date")
     if update:
         from pagerun import claims, pages
 
@@ -489,6 +513,7 @@ def check(block: Block, update: bool = False) -> str:
                            + "\n".join(against) + f"\n--- output (tail) ---\n{_tail(res.output)}")
         if rec is not None and rec.meta.get("command") == command and rec.exit == res.exit \
                 and rec.meta.get("files") == files \
+                and rec.meta.get("ran on") == meta.get("ran on") \
                 and recordings.normalise(rec.body) == recordings.normalise(res.output):
             return "unchanged"
         recordings.save(recordings.Recording(block.key, cls, res.output, meta))
@@ -520,4 +545,17 @@ def stale_recordings(blocks: list[Block], cls: str) -> dict[str, str]:
         why = rec and recordings.stale(rec, command_of(b), b.snippets)
         if why:
             out[rec.path.relative_to(ROOT).as_posix()] = why
+    return out
+
+
+def missing_recordings(blocks: list[Block], cls: str) -> dict[str, str]:
+    """Outputs the pages name that have no recording of class ``cls``: key -> what its block
+    needs (its marks), or "" where any machine of that class can record it."""
+    out = {}
+    for b in blocks:
+        if b.key and b.key not in out and recordings.load(cls, b.key) is None:
+            needs = [m.removeprefix("pytest.mark.") for m in b.marks
+                     if m.startswith(("pytest.mark.needs_2_gpus", "pytest.mark.needs_torch",
+                                      *_OWN_HOSTS))]
+            out[b.key] = ", ".join(needs) or "nothing special: a GPU run records it"
     return out

@@ -224,6 +224,19 @@ def _drop_library_finalizers() -> None:
             finalizer.detach()
 
 
+def _cuda_mark():
+    """``pagerun/_site/sitecustomize.py``, the code fresh interpreters run on a GPU machine,
+    loaded by its path (the children's ``sys.path`` is a fresh interpreter's, without the
+    checkout)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site", "sitecustomize.py")
+    spec = importlib.util.spec_from_file_location("pagerun_cuda_mark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _program(argv: list[str], env: dict, cwd: str, base_path: list[str],
              spawn_exe: str | None = None) -> None:
     """In the forked child: become ``python argv...`` (a script, or ``-c CODE``) and never
@@ -248,6 +261,8 @@ def _program(argv: list[str], env: dict, cwd: str, base_path: list[str],
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
+        if env.get("PAGERUN_CUDA_MARK"):  # on a GPU machine: did it hold GPU memory?
+            _cuda_mark().mark_at_exit(env["PAGERUN_CUDA_MARK"])
         if env.get("PYTHONFAULTHANDLER"):  # read at start-up, here
             import faulthandler
 

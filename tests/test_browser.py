@@ -433,6 +433,31 @@ def test_output_tabs_are_linked_and_remembered(clean):
     b.page.evaluate("localStorage.clear()")
 
 
+def test_recorded_outputs_wrap_on_a_wide_screen_and_scroll_on_a_phone(clean):
+    """overrides/main.html: on a 1280 px screen no recorded output scrolls sideways (a line of
+    torch's own words wider than the column wraps); on a 390 px phone they keep Material's
+    sideways scroll, so that a printed table stays aligned."""
+    b = clean
+    outputs = ".tabbed-block > .highlight:not([class*=\"language-\"]) pre > code"
+    for path in ("ddp/", "troubleshooting/", "model-parallel/fsdp/"):
+        b.goto(path)
+        b.page.add_style_tag(content=".md-typeset .highlight, .md-typeset .tabbed-set "
+                             "{ content-visibility: visible !important }")
+        wide = b.page.locator(outputs).evaluate_all(
+            "codes => codes.filter(c => c.offsetParent && c.scrollWidth > c.clientWidth + 1)"
+            ".map(c => c.textContent.split('\\n').reduce((a, l) => l.length > a.length ? l : a))")
+        assert wide == [], (path, wide)
+        assert b.page.locator(outputs).first.evaluate("c => getComputedStyle(c).whiteSpace") \
+            == "pre-wrap"
+    b.page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        b.goto("ddp/")
+        assert b.page.locator(outputs).first.evaluate("c => getComputedStyle(c).whiteSpace") \
+            == "pre"
+    finally:
+        b.page.set_viewport_size({"width": 1280, "height": 900})
+
+
 BUNDLE_REQUESTED = ("performance.getEntriesByType('resource')"
                     ".filter(e => /bundle\\.[0-9a-f]+\\.min\\.js$/.test(e.name))"
                     ".map(e => e.startTime)")

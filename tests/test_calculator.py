@@ -269,6 +269,56 @@ def test_twod_problems(clean):
          printed(key, "with sequence parallelism"))
 
 
+def test_fsdp_under_a_pipeline_as_all_dims_counts_it(clean):
+    """ZeRO 2 or 3 with pp > 1: torch's pipelining reduces the gradients once, after the last
+    micro-batch, and all_dims.py gathers each block once (reshard_after_forward=False). Its
+    recording counts one all-gather and one reduce-scatter per block and step, M micro-batches
+    or not, and their bytes are the calculator's, not M times them."""
+    key = "model_parallel/all_dims-fsdp-tp-pp"
+    dims = {d: int(k) for d, k in re.findall(r"\b(pp|dp|fsdp|cp|tp) (\d+)\b",
+                                             re.search(r"mesh (.*)", body(key))[1])}
+    assert dims["dp"] == dims["cp"] == 1 and "--ep" not in recordings.load("cpu", key).meta[
+        "command"], "the calculator's model: FSDP over the fsdp ranks, experts not split"
+    c = (constants("snippets/model_parallel/all_dims_model.py")
+         | constants("snippets/model_parallel/all_dims.py"))
+    D, E, FF, L, B, S, M = (c[k] for k in ("D", "E", "FF", "LAYERS", "B", "S", "M"))
+    n, t, p, N = processes(key), dims["tp"], dims["pp"], dims["fsdp"]
+    for what in ("fsdp, forward, all_gather calls", "fsdp, backward, reduce_scatter calls"):
+        assert counted(key, what) == n * L // p, f"{what}: once per block and step, not M"
+    # a block on one rank: wq, wk, wv, wo split by TP; the router and the experts whole
+    block = 4 * D * D // t + E * D + 2 * E * D * FF
+    buffers = sum(counted(key, f"fsdp, {w} bytes") for w in ("forward, all_gather",
+                                                             "backward, reduce_scatter"))
+    for zero in (2, 3):  # the same traffic: under a pipeline both are FSDP2 without resharding
+        r = calculate(clean, params=block * L * t, layers=L, hidden=D, seq=S,  # count / (t p)
+                      batch=B // (N * M), micro=M, gpus=n, tp=t, pp=p, zero=zero,
+                      precision="fp32")  # is one rank's: (L / p) blocks
+        # all_dims counts whole buffers (S) summed over the ranks, in float64; the calculator
+        # the bytes one rank sends, (N - 1) / N of each, in float32
+        check(f"ZeRO {zero}, FSDP's bytes sent per rank", r["comm:dp"],
+              buffers // n * (N - 1) // N // 2)
+
+
+def test_zero_under_a_pipeline_the_reviews_case(clean):
+    """The review of 2026-11-28 (item 1): 70B parameters (80 layers of 8,192) on 64 GPUs, 8
+    stages, 32 micro-batches, bf16. One stage's weights are 17.5 GB; each GPU sends 7/8 of them
+    once as weights and once as gradients, 30.6 GB per step, not 32 times that; in exchange it
+    holds the whole stage unsharded during the step (FSDP2 with gradient sync off), beside its
+    shards of 17.5 / 8 GB."""
+    P, n, p, m = 70e9, 64, 8, 32
+    stage, N = 2 * P / p, n // p  # bf16 bytes of a stage's weights; data-parallel ranks
+    for zero in (2, 3):
+        r = calculate(clean, params=P, layers=80, hidden=8192, seq=4096, batch=1, micro=m,
+                      gpus=n, pp=p, zero=zero)
+        check(f"ZeRO {zero}: bytes sent", r["comm:dp"], (N - 1) / N * 2 * stage, 1)
+        assert abs(r["comm:dp"] - 30.6e9) < 0.05e9
+        check(f"ZeRO {zero}: gradients", r["grads"], stage + stage / N, 1)
+        check(f"ZeRO {zero}: weights", r["params"], stage + (stage / N if zero == 3 else 0), 1)
+    one = calculate(clean, params=P, layers=80, hidden=8192, seq=4096, batch=1, micro=m,
+                    gpus=N, zero=3)  # no pipeline: FSDP2's default, every micro-batch
+    check("ZeRO 3 without a pipeline", one["comm:dp"], m * (N - 1) / N * 3 * 2 * P, 1)
+
+
 def test_expert_problem(clean):
     c = constants("snippets/expert/problems.py")
     experts = c["E"] * c["LAYERS"] * 3 * c["H"] * c["F"]  # a SwiGLU expert: 3 H x F matrices

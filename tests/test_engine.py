@@ -242,10 +242,13 @@ def _sys_path_edits(tree) -> list[tuple[int, str]]:
     return found
 
 
-# The one deliberate sys.path assignment: the fork server's child becomes `python PROGRAM`, whose
-# sys.path a fresh interpreter builds (the program's folder, then this environment's). That is
-# the engine imitating the interpreter for a reader's program, not code finding its own imports.
-SYS_PATH_ALLOWED = {("pagerun/warmpool.py", "_program")}
+# The deliberate sys.path assignments: the fork server's child becomes `python PROGRAM`, whose
+# sys.path a fresh interpreter builds (the program's folder, then this environment's); on a GPU
+# machine the runner's sitecustomize takes its own folder off the path again. That is the engine
+# imitating the interpreter for a reader's program, not code finding its own imports.
+SYS_PATH_ALLOWED = {("pagerun/warmpool.py", "_program"),
+                    # takes its own folder off the path it was loaded from (PYTHONPATH, GPU only)
+                    ("pagerun/_site/sitecustomize.py", "_hand_over")}
 
 
 def test_no_code_of_the_project_edits_sys_path():
@@ -586,3 +589,81 @@ def test_a_block_that_mostly_waits_runs_beside_the_others(monkeypatch):
     lanes = dict(started)
     assert lanes["waits"].startswith("waiting-block") and lanes["works"].startswith("block"), \
         lanes
+
+
+# A GPU tab says where it ran: on a GPU machine every process of a block says at exit whether it
+# held GPU memory (pagerun/_site/sitecustomize.py), warm or fresh, and the recording's header
+# keeps it (``ran on``). Faked here: a program that puts a torch whose CUDA holds memory in
+# sys.modules, and one that does not.
+HELD = ("import sys, types\n"
+        "fake = types.ModuleType('torch')\n"
+        "fake.cuda = types.SimpleNamespace(is_initialized=lambda: True,\n"
+        "                                  max_memory_reserved=lambda: 1 << 20)\n"
+        "sys.modules['torch'] = fake\n")
+
+
+def _on_a_gpu_machine(monkeypatch):
+    here = runner.device()
+    monkeypatch.setattr(runner, "device", lambda: {**here, "class": "gpu", "gpus": 1,
+                                                   "desc": "NVIDIA H200 ×1, CUDA 13.0"})
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_gpu_machine_knows_whether_a_block_held_gpu_memory(monkeypatch, tmp_path, held):
+    _on_a_gpu_machine(monkeypatch)
+    prog = tmp_path / "prog.py"
+    prog.write_text((HELD if held else "import torch\n") + "print('done')\n")
+    # fresh interpreters: a shell block, and a process that program starts
+    res = runner.run(_block(f"python {prog}"), warm=False)
+    assert (res.exit, res.output.strip(), res.cuda) == (0, "done", held), res.output
+    child = tmp_path / "parent.py"
+    child.write_text(f"import subprocess, sys\nsubprocess.run([sys.executable, '{prog}'])\n")
+    assert runner.run(_block(f"python {child}"), warm=False).cuda is held
+    # a program the fork server starts
+    if warmpool.cold_reason() is None:
+        marks = tmp_path / "marks"
+        marks.mkdir()
+        out, code, _ = warmpool.run([str(prog)], dict(runner.env(), PAGERUN_CUDA_MARK=str(marks)),
+                                    tmp_path, 60)
+        assert (code, out.strip(), bool(list(marks.iterdir()))) == (0, "done", held), out
+
+
+def test_a_cpu_machine_starts_blocks_as_before():
+    if runner.device()["class"] == "gpu":
+        pytest.skip("a GPU machine")
+    res = runner.run(_block("python -c 'import os, sys; print(os.environ.get(\"PAGERUN_CUDA_MARK\"),"
+                            " any(\"_site\" in p for p in sys.path))'"), warm=False)
+    assert (res.output.strip(), res.cuda) == ("None False", None)
+
+
+def test_a_gpu_recording_says_where_it_ran_and_its_tab_says_so(monkeypatch, tmp_path):
+    from pagerun import claims, render
+
+    _on_a_gpu_machine(monkeypatch)
+    monkeypatch.setattr(recordings, "OUTPUTS", tmp_path)
+    monkeypatch.setattr(claims, "contradicted_by", lambda *a: [])
+    block = _block("python snippets/devices/tensors.py", key="devices/tensors")
+    for cuda, where in [(False, "CPU"), (True, "GPU")]:
+        monkeypatch.setattr(runner, "run_cached", lambda b: runner.Result(0, "hello\n", 0.1,
+                                                                          cuda=cuda))
+        assert runner.check(block, update=True) == "recorded gpu/devices/tensors"
+        rec = recordings.load("gpu", "devices/tensors")
+        assert rec.meta["ran on"] == where and list(rec.meta)[-1] == "date"
+        assert runner.check(block, update=True) == "unchanged"
+    # the tab: where it ran and which torch, in both languages; the stamp says why
+    monkeypatch.setattr(recordings, "OUTPUTS", recordings.ROOT / "outputs")
+    for where, en, zh in [("CPU", '=== "GPU machine, CPU run (H200, torch 2.11)"',
+                           '=== "GPU 机器上的 CPU 运行（H200，torch 2.11）"'),
+                          ("GPU", '=== "GPU (H200, torch 2.11)"', '=== "GPU（H200，torch 2.11）"')]:
+        rec = recordings.Recording("devices/tensors", "gpu", "hello\n", {
+            "command": "python snippets/devices/tensors.py", "exit": "0",
+            "torch": "2.11.0+cu130", "device": "NVIDIA H200 ×1, CUDA 13.0", "ran on": where,
+            "date": "2026-11-28"})
+        monkeypatch.setattr(recordings, "load",
+                            lambda cls, key: rec if cls == "gpu" else None)
+        html_en = render.render("devices/tensors", False, "en")
+        html_zh = render.render("devices/tensors", False, "zh")
+        assert en in html_en and zh in html_zh, (html_en, html_zh)
+        assert ("none of its processes held GPU memory" in html_en) is (where == "CPU")
+        stamp = render.verified_on([("devices/tensors", False)], "en")
+        assert ("1 of them ran on the GPU machine's CPU" in stamp) is (where == "CPU")

@@ -66,3 +66,29 @@ def test_a_folder_put_on_sys_path_installs_nothing(tmp_path, monkeypatch):
     (tmp_path / "vendored-1.0.dist-info" / "METADATA").write_text("Name: vendored\nVersion: 1.0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert "vendored" not in plugin._installed() and plugin._installed() == before
+
+
+def test_an_older_python_gets_one_line_before_anything_is_installed(tmp_path, monkeypatch):
+    """README's Python range is pyproject's requires-python; an older interpreter is told so in
+    one line by make, before a .venv is made (not by pip's resolver, halfway through)."""
+    low = envcheck.lowest_python()
+    assert f"Needs Python ≥ {low}" in (pages.ROOT / "README.md").read_text(encoding="utf-8")
+    monkeypatch.setattr(sys, "version_info", (3, 10, 13, "final", 0))
+    said = envcheck.python_problem()
+    assert said and said.startswith("make: ") and f"needs Python {low} or newer" in said
+    monkeypatch.undo()
+    assert envcheck.python_problem() is None
+    older = [p for p in sorted(Path("/root/.pyenv/versions").glob("3.*/bin/python"))
+             if p.parent.parent.name.count(".") == 2
+             and envcheck._version(p.parent.parent.name) < envcheck._version(low)
+             and envcheck._version(p.parent.parent.name) >= (3, 7)]
+    if shutil.which("make") is None or not older:
+        pytest.skip("no make, or no Python older than the project's on this machine")
+    venv_dir = tmp_path / "venv"
+    proc = subprocess.run(["make", "install", f"BASE_PYTHON={older[-1]}", f"VENV={venv_dir}"],
+                          cwd=pages.ROOT, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, env=dict(os.environ, MAKEFLAGS=""))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and not venv_dir.exists(), out
+    assert [l for l in out.splitlines() if l.startswith("make: /")] == [
+        l for l in out.splitlines() if f"needs Python {low} or newer" in l], out

@@ -14,7 +14,7 @@ import torch.distributed as dist
 # (module, attribute, what the page uses it for)
 PRIVATE = [
     ("torch.testing._internal.distributed.fake_pg", "FakeStore",
-     'the store of init_process_group("fake"); importing the module registers the backend'),
+     'the store init_process_group("fake") makes when given none (plan.py, local.py)'),
     ("torch._subclasses.fake_tensor", "FakeTensorMode", "tensors with shapes and no data"),
     ("torch.utils._python_dispatch", "TorchDispatchMode", "the mode that counts collectives"),
     ("torch.distributed._local_tensor", "LocalTensorMode", "every rank's values in one process"),

@@ -77,7 +77,7 @@ if args.problem == 4:
     # as a pipeline, so the slower one sets the time. Tokens per GPU where
     # 4 * P * tokens / PEAK equals the phase's time (P cancels out):
     inside = (n - 1) / n * PEAK / NVLINK  # 2(n-1)/n * 2P bytes over NVLink
-    for m in [2, 4, 16, 64]:  # nodes
+    for m in [2, 4, 5, 8, 16, 64]:  # nodes
         across = (m - 1) / m * PEAK / (n * NIC)  # 2(m-1)/m * 2P/n bytes per NIC
         which = "NVLink" if inside >= across else "InfiniBand"
         print(f"{m:>2} nodes: {max(inside, across):,.0f} tokens per GPU, set by "

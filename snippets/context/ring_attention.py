@@ -1,6 +1,7 @@
 """Ring attention by hand: the sequence split across ranks, key/value blocks passed
 around a ring with send/recv, partial results merged by log-sum-exp; forward and
-backward compared with full attention, the bytes sent predicted and counted.
+backward compared with full attention, the bytes sent predicted and counted, what the
+function saves for backward measured.
 
 Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=4 \
          snippets/context/ring_attention.py
@@ -115,7 +116,7 @@ ref = torch.nn.functional.scaled_dot_product_attention(*full)
 ref.backward(dout)
 mine = slice(rank * c, (rank + 1) * c)  # positions rank*c ... (rank+1)*c - 1
 local = [t[:, :, mine].clone().requires_grad_() for t in (q, k, v)]
-kept = []  # what autograd keeps for backward, on this rank
+kept = []  # what autograd keeps for backward, on this rank: what the function saves
 with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t,
                                               lambda t: t):
     out = RingAttention.apply(*local)
@@ -129,22 +130,27 @@ dist.all_reduce(diff, op=dist.ReduceOp.MAX)  # the worst rank's
 # --8<-- [start:report]
 blk = B * H * c * D * 8  # bytes of one key or value block, float64
 n = world  # forward: n - 1 passes of K, V; backward: n - 1 of K, V, dK, dV, then dK, dV
-costs = [  # what, predicted, counted, unit
+costs = [  # what, predicted, counted, unit (singular)
     ("K/V bytes each rank sends per forward", (n - 1) * 2 * blk, sum(sent[:fwd]), "B"),
-    ("sends per forward", n - 1, fwd, "sends"),
+    ("sends per forward", n - 1, fwd, "send"),
     ("bytes each rank sends per backward (K, V, dK, dV)",
      (n - 1) * 4 * blk + 2 * blk, sum(sent[fwd:]), "B"),
-    ("sends per backward", n, len(sent) - fwd, "sends"),
-    ("kept for backward per rank (q, k, v, out, lse)", 4 * blk + B * H * c * 8,
-     sum(t.numel() * t.element_size() for t in kept), "B")]
+    ("sends per backward", n, len(sent) - fwd, "send")]
+saved = sum(t.numel() * t.element_size() for t in kept)  # what save_for_backward got
+ok = diff.item() < 1e-12
 if rank == 0:
     print(f"{S} positions, {c} per rank; max |ring - full attention| over output and "
-          f"gradients: {diff.item():.1e} (< 1e-12: equal up to float64 round-off)")
+          f"gradients: {diff.item():.1e} " + ("(< 1e-12: equal up to float64 round-off)"
+                                              if ok else "(>= 1e-12: NOT equal)"))
     for what, predicted, counted, unit in costs:
-        print(f"{what}: predicted {predicted:,} {unit}, counted {counted:,} {unit}")
+        p, k = (f"{x:,} {unit}" + ("" if x == 1 or unit == "B" else "s")
+                for x in (predicted, counted))
+        print(f"{what}: predicted {p}, counted {k}")
+    print(f"saved for backward on each rank: {len(kept)} tensors "
+          f"(q, k, v, out, lse of {c} positions), {saved:,} B")
 failed = [what for what, predicted, counted, _ in costs if predicted != counted]
 dist.destroy_process_group()
-if failed or diff >= 1e-12:
+if failed or not ok:
     sys.exit(f"predicted != counted or ring != full attention: {', '.join(failed)}"
              if rank == 0 else 1)
 # --8<-- [end:report]

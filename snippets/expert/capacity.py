@@ -14,6 +14,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--factor", type=float, default=1.25, help="capacity factor C")
@@ -72,14 +73,24 @@ def total(t):  # the sum over all ranks
 failed = []
 
 
-def report(what, predicted, counted, unit):
+def report(what, predicted, counted, unit):  # unit: "B", or a word in the singular
+    p, c = (f"{n:,} {unit}" + ("" if n == 1 or unit == "B" else "s")
+            for n in (predicted, counted))
     if rank == 0:
-        print(f"{what}: predicted {predicted:,} {unit}, counted {counted:,} {unit}")
+        print(f"{what}: predicted {p}, counted {c}")
     if predicted != counted:
         failed.append(what)
 
 
 # --8<-- [start:dispatch]
+class Arrivals(TorchDispatchMode):  # what the all-to-all op filled, from each rank
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.c10d.alltoall_base_.default:  # (output, input, group, ...)
+            out, splits = args[0], args[3] or [len(args[0]) // world] * world
+            self.bytes = [n * out[0].nbytes for n in splits]  # from rank 0, 1, ...
+        return func(*args, **(kwargs or {}))
+
+
 if rank == 0:
     print(f"{world} processes, {backend} on {device.type}, {E} experts, top-{K}, "
           f"{T} tokens per rank, capacity factor C = {C}")
@@ -90,10 +101,12 @@ for name, bias in biases.items():
     probs, chosen = route(x_all[mine], bias)
     counts = torch.bincount(chosen.flatten(), minlength=E)  # my rows for each expert
     buf = dispatch_buffer(x_all[mine], chosen)
-    got = buf.new_empty(world, local, capacity, H)  # [source rank, my expert, slot]
-    dist.all_to_all_single(got.view(-1, H), buf.view(-1, H))  # equal splits: no sizes
-    own = buf[rank * local:rank * local + local]  # my own experts' slots stay here
-    sent = (buf.numel() - own.numel()) * buf.element_size()
+    got = torch.empty_like(buf).view(world, local, -1, H)  # [source, my expert, slot]
+    with Arrivals() as seen:  # equal splits: no sizes
+        dist.all_to_all_single(got.view(-1, H), buf.view(-1, H))
+    notes = [None] * world
+    dist.all_gather_object(notes, seen.bytes)  # what each rank received, by source
+    sent = sum(n[rank] for q, n in enumerate(notes) if q != rank)  # mine, elsewhere
     arrived = total((got.abs().sum(-1) != 0).sum())  # rows with a token: padding is 0
     dropped = total((counts - capacity).clamp(min=0).sum())  # from the counts alone
     per_expert = total(counts.clone())
@@ -102,9 +115,9 @@ for name, bias in biases.items():
               f"{capacity} per expert and rank, {arrived.item()} of "
               f"{world * E * capacity} slots filled")
     report(f"{name} router, tokens dropped (once per expert lost)", dropped.item(),
-           world * T * K - arrived.item(), "tokens")
+           world * T * K - arrived.item(), "token")
     report(f"{name} router, bytes sent per rank in the dispatch (padding included)",
-           (world - 1) * local * capacity * H * 4, sent, "B")
+           (world - 1) * local * math.ceil(C * T * K / E) * H * 4, sent, "B")
     # --8<-- [end:dispatch]
     # --8<-- [start:loss]
     f = per_expert / (world * T * K)  # share of the (token, expert) pairs per expert
@@ -123,8 +136,10 @@ for name, bias in biases.items():
     same = total((got - groups[:, rank * local:rank * local + local]).abs().max()
                  .reshape(1)).item()  # the slots my experts received, vs one process
     if rank == 0:
-        print(f"{name} router vs one process: loss {diff:.1e} (< 1e-6: round-off), "
-              f"slots at the experts {same:.1e} (== 0: bit-identical)")
+        print(f"{name} router vs one process: loss {diff:.1e} "
+              + ("(< 1e-6: round-off)" if diff < 1e-6 else "(>= 1e-6: NOT equal)")
+              + f", slots at the experts {same:.1e} "
+              + ("(== 0: bit-identical)" if same == 0 else "(> 0: NOT identical)"))
     failed += [] if diff < 1e-6 and same == 0 else [f"{name}: not as one process"]
     # --8<-- [end:one]
 dist.destroy_process_group()

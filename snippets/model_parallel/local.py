@@ -11,7 +11,6 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
 p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 p.add_argument("--ranks", type=int, default=4)
@@ -22,7 +21,7 @@ except ImportError:
     sys.exit(f"torch {torch.__version__} has no torch.distributed._local_tensor")
 if n < 1 or 64 % n:
     sys.exit(f"--ranks must divide 64, the hidden layer's width (not {n})")
-dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=n)
+dist.init_process_group("fake", rank=0, world_size=n)  # torch makes its FakeStore
 PLAN = {"0": ColwiseParallel(), "2": RowwiseParallel()}  # as in the tensor chapter
 
 # --8<-- [start:local]

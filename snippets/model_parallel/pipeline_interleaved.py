@@ -98,7 +98,8 @@ def run(make_schedule, my_stages):
     kwargs = dict(target=y, losses=[]) if rank == p - 1 else {}
     schedule.step(*args, **kwargs)  # the step that is checked and replayed
     n_stages = my_stages[0].num_stages
-    diff = max((a.grad - b.grad).abs().max() for s in my_stages for a, b in
+    diff = max((a.grad - b.grad).abs().max() / b.grad.abs().max()  # relative to each
+               for s in my_stages for a, b in  # tensor's largest reference value
                zip(s.submod.parameters(), chunk(s.stage_index, n_stages).parameters()))
     n = len(log)
     dist.barrier()
@@ -109,7 +110,6 @@ def run(make_schedule, my_stages):
     seconds = (time.perf_counter() - start) / 5
     del log[n:]
     dist.all_reduce(diff, op=dist.ReduceOp.MAX)  # the worst over all stages
-    assert diff < 1e-5, diff.item()
     logs = [None] * p
     dist.all_gather_object(logs, log)  # every process's order, for the replay
     return logs, n_stages, seconds, diff.item()
@@ -158,14 +158,15 @@ formula = {"GPipe": (p - 1) / (m + p - 1), "1F1B": (p - 1) / (m + p - 1),
            "interleaved 1F1B": (p - 1) / (v * m + p - 1)}
 if rank == 0:
     print(f"p={p} processes, m={m} micro-batches; interleaved: v={v} stages each")
-    print(f"{'schedule':17} {'grads max diff':>24} {'bubble: formula':>16} "
+    print(f"{'schedule':17} {'grads: max rel diff':>25} {'bubble: formula':>16} "
           f"{'replay':>7} {'time here':>10}")
     rows = []
     for name, (logs, n_stages, seconds, diff) in results.items():
         busy, length = replay(logs, n_stages)
         idle = 1 - sum(b - a for r in busy for a, b, *_ in r) / (p * length)
         ratio = seconds / results["GPipe"][2]
-        print(f"{name:17} {diff:14.1e} (< 1e-5) {formula[name]:16.1%} {idle:7.1%} "
+        verdict = "(< 1e-4: equal)" if diff < 1e-4 else "(>= 1e-4: NOT equal)"
+        print(f"{name:17} {diff:9.1e} {verdict:15} {formula[name]:16.1%} {idle:7.1%} "
               f"{ratio:9.2f}x")
         # one character = a forward of 1/v of a process's layers
         for r in range(p):
@@ -178,6 +179,9 @@ if rank == 0:
     print("\n".join(rows))
 # --8<-- [end:replay]
 
+wrong = [name for name, result in results.items() if result[3] >= 1e-4]
 del results
 gc.collect()
 dist.destroy_process_group()
+if wrong:
+    sys.exit(f"gradients not the unsplit model's (max rel diff >= 1e-4): {wrong}")

@@ -75,13 +75,15 @@ for scale in (True, False):
     factor = 1 if scale else m  # scale_grads=False: the sum over micro-batches
     pairs = [pair for st in mine for pair in zip(  # each layer: here, and unsplit
         st.submod.parameters(), chunk(st.stage_index).parameters())]
-    diff = torch.tensor(max((a.grad - factor * b.grad).abs().max().item()
-                            for a, b in pairs))
+    diff = torch.tensor(max(  # relative to each tensor's largest reference value
+        ((a.grad - factor * b.grad).abs().max() / (factor * b.grad).abs().max()).item()
+        for a, b in pairs))
     dist.all_reduce(diff, dist.ReduceOp.MAX)
-    times = "" if scale else f"{m} x "
-    say(f"scale_grads={scale!s:5}: grads == {times}the gradient of the unsplit model's "
-        f"mean loss, max abs diff {diff.item():.1e} (< 1e-5)")
-    assert diff < 1e-5, "gradients are not what scale_grads promises"
+    times, ok = "" if scale else f"{m} x ", diff.item() < 1e-4
+    say(f"scale_grads={scale!s:5}: grads == {times}the unsplit model's (mean loss), "
+        f"max rel diff {diff.item():.1e} " + ("(< 1e-4: equal up to float32 round-off)"
+                                             if ok else "(>= 1e-4: NOT equal)"))
+    assert ok, "gradients are not what scale_grads promises"
 # --8<-- [end:scale]
 
 # --8<-- [start:placement]

@@ -134,6 +134,12 @@
     return [{list, group: d * c}];
   }
 
+  // ZeRO 2 and 3 under a pipeline (pp > 1) are FSDP2 as torch.distributed.pipelining and
+  // torchtitan run it: reshard_after_forward=False, gradient sync only after the last
+  // micro-batch. The stage's weights stay gathered and its gradients accumulate unsharded
+  // for the whole step: one all-gather and one reduce-scatter per step, no shard saved then.
+  const pipelined = (s) => s.pp > 1 && s.zero >= 2;
+
   function memory(s, stage, d) {
     const B = BYTES[s.precision], o = B[s.optimizer], z = s.zero;
     let params = 0, grads = 0, optimizer = 0;
@@ -142,6 +148,10 @@
       params += (z >= 3 ? own : whole) * B.w;
       grads += (z >= 2 ? own : whole) * B.g;
       optimizer += (z >= 1 ? own : whole) * o;
+      if (pipelined(s) && part.group > 1) {  // the unsharded stage, beside the shards
+        if (z >= 3) params += whole * B.w;
+        grads += whole * B.g;
+      }
       if (part.list && s.optimizer === "adam") optimizer += 4 * part.list.length;  // step
     }
     return {params, grads, optimizer};
@@ -155,7 +165,8 @@
       if (n <= 1) continue;
       const whole = elements(part), other = (n - 1) * shard(part, n);  // ring: n - 1 chunks
       if (s.zero === 0) sent += 2 * (n - 1) / n * whole * B.g;  // all-reduce, once a step
-      else if (s.zero === 1) sent += other * (B.g + B.w);        // reduce-scatter, all-gather
+      else if (s.zero === 1 || pipelined(s)) sent += other * (B.g + B.w);  // once a step:
+      // a reduce-scatter of the gradients, an all-gather of the (updated) weights
       else if (s.zero === 2) sent += other * (m * B.g + B.w);    // gradients every micro-batch
       else sent += m * other * (2 * B.w + B.g);  // all-gather forward and backward, reduce-scatter
     }
@@ -165,6 +176,7 @@
   function activations(s) {  // bytes kept for backward on the first stage (null: unknown)
     const {layers: L, hidden: h, seq, batch: b, tp: t, pp: p, cp: c} = s;
     const u = b * (seq / c) * h * BYTES[s.precision].x / 2;  // s·b·h at 16 bits
+    // a GPT-3 layer (Korthikanti et al.): a SwiGLU (Llama) layer keeps more than 34
     const perLayer = (s.experts ? 15 + 19 * s.topk : t > 1 ? 4 + 30 / t : 34) * u;
     const inFlight = Math.min(s.micro, p) * L / p;  // 1F1B: min(m, p) micro-batches of L/p layers
     return s.checkpointing === "none" ? inFlight * perLayer : inFlight * 2 * u / t + perLayer;
