@@ -157,10 +157,12 @@ MUTATIONS = [
              tr(2, "expert/moe.py"),
              "dist.all_reduce(ep.router.grad)", "ep.router.grad.mul_(1)",
              r"predicted != counted or not equal to one process: .*router gradients"),
-    Mutation("expert/capacity.py", "the dispatch all-to-all dropped: slots stay home",
+    Mutation("expert/capacity.py",
+             "the dispatch buffer sent with its experts in reverse order: each rank's "
+             "slots go to the wrong experts",
              tr(2, "expert/capacity.py"),
              "dist.all_to_all_single(got.view(-1, H), buf.view(-1, H))",
-             "got.view(-1, H).copy_(buf.view(-1, H))",
+             "dist.all_to_all_single(got.view(-1, H), buf.flip(0).view(-1, H))",
              r"predicted != counted or not equal to one process: .*not as one process"),
     # --- model parallelism: one process, FSDP, TP, 2-D
     Mutation("model_parallel/naive.py",
@@ -281,7 +283,7 @@ MUTATIONS = [
              tr(2, "model_parallel/pipeline_interleaved.py"),
              "n_microbatches=m, loss_fn=nn.MSELoss())",
              'n_microbatches=m, loss_fn=nn.MSELoss(reduction="sum"))',
-             r"assert diff < 1e-5, diff\.item\(\)\n(?:.*\n)*AssertionError: \d"),
+             r"gradients not the unsplit model's \(max rel diff >= 1e-4\): \['GPipe'"),
     Mutation("model_parallel/pipeline_cost.py",
              "the schedule given half the micro-batches the prediction assumes",
              tr(2, "model_parallel/pipeline_cost.py"),
