@@ -13,11 +13,12 @@ where the command allows it). It passes when the run exits non-zero, within its 
 prints ``must_fail``.
 
 ``test_every_check_has_an_entry`` keeps the table complete: every CPU recording that shows a
-check (a cost line in the form of ``tests/test_costs.py``; a bounded figure, ``recordings.BOUNDED``:
-``6.0e-08 (< 1e-6: equal up to float32 round-off)``; or an equality verdict in words,
-``torch.equal on all 4: True``) names in its command a program with an entry, or with a reason in
-``NOT_A_REFERENCE`` why no mutation applies. A program whose check does not bite keeps its entry
-with ``blind`` saying what the run printed: an expected failure that must not pass.
+check (a cost line in the form of ``tests/test_costs.py``; a bounded figure,
+``recordings.BOUNDED``: ``6.0e-08 (< 1e-6: equal up to float32 round-off)``; or an equality
+verdict in words, ``torch.equal on all 4: True``) names in its command a program with an entry,
+or with a reason in ``NOT_A_REFERENCE`` why no mutation applies. A program whose check does
+not bite keeps its entry with ``blind`` saying what the run printed: an expected failure that
+must not pass.
 
 The runs take minutes on 2 cores (CONTRIBUTING.md, "Every check bites"), so they are a pass of
 their own: ``make test-mutations`` (``DOCS_MUTATIONS=1``); ``make test`` checks the table (each
