@@ -2,6 +2,7 @@
 """
 
 import argparse
+import textwrap
 
 import torch
 from torch import nn
@@ -45,9 +46,10 @@ def show(obj):
 
 def attempt(kind, fn):
     try:
-        print(f"{kind:>15} -> {show(fn())}")
+        text = show(fn())
     except Exception as e:  # noqa: BLE001 - showing what each kind raises is the point
-        print(f"{kind:>15} -> {type(e).__name__}: {str(e).splitlines()[0]}")
+        text = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    print(textwrap.fill(f"{kind:>15} -> {text}", 80, subsequent_indent=" " * 19))
 
 
 KINDS = [
