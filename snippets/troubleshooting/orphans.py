@@ -92,7 +92,7 @@ def run(label, sig, *worker_args):
         wait_for(lambda: not any(map(alive, pids)), 1)
         left = sum(map(alive, pids))
         result = f"torchrun gone; {left} of 2 workers still running"
-        print(f"{label}:", result if len(label) + len(result) < 79 else "\n  " + result)
+        print(f"{label}:" + (" " if len(label) + len(result) < 79 else "\n  ") + result)
         return pids
     finally:
         if launcher.is_alive():
