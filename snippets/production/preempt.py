@@ -142,7 +142,8 @@ while step < args.steps:
         dcp.save({"model": m, "optim": o, "step": step}, checkpoint_id=folder)
         if rank == 0:
             print(f"signal received: checkpoint after step {step - 1} saved, "
-                  f"exiting with status {EXIT_PREEMPTED}")
+                  f"exiting with status {EXIT_PREEMPTED}", flush=True)  # out before
+            # any SIGKILL: torchrun sends one after --shutdown-timeout
         dist.destroy_process_group()
         sys.exit(EXIT_PREEMPTED)  # not a success: torchrun or the job script acts
 # --8<-- [end:loop]
