@@ -102,7 +102,7 @@ for name, layer, per_token in layers:
     print(f"  = {total / (S * B * H):.2f} bytes per s·b·h")
 q = torch.randn(1, 2, 4, 8, dtype=dtype, requires_grad=True)  # which kernel ran:
 fn = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).grad_fn
-print(f"attention kernel torch picked on the CPU: {type(fn).__name__}")
+print(f"the attention kernel torch picked: {type(fn).__name__}")
 # --8<-- [end:run]
 
 # --8<-- [start:published]

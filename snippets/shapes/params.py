@@ -24,10 +24,10 @@ def report(what, predicted, counted, unit):
 
 
 V, H, L, HEADS, KV = 512, 256, 2, 8, 2  # vocabulary, width, layers, heads, K/V heads
-for name, f, kw in [("Llama-shaped, untied", 688, {}),
-                    ("Llama-shaped, tied", 688, {"tied": True}),
-                    ("Qwen-shaped, q/k/v biases", 688, {"bias": True}),
-                    ("DeepSeek-shaped MoE", 64, {"moe": (16, 4, 1)})]:
+for name, f, kw in [("Llama, untied", 688, {}),
+                    ("Llama, tied", 688, {"tied": True}),
+                    ("Qwen, q/k/v biases", 688, {"bias": True}),
+                    ("DeepSeek MoE", 64, {"moe": (16, 4, 1)})]:
     m = Model(V, H, L, HEADS, KV, f, **kw)
     counted = sum(p.numel() for p in m.parameters())  # a tied matrix once
     mlp = moe(H, f, *kw["moe"]) if "moe" in kw else swiglu(H, f)
