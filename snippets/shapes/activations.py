@@ -7,6 +7,8 @@ formula for published shapes, in bytes per s·b·h.
 import argparse
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
 from shapes_model import GPTBlock, Layer, Model
 
 argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
@@ -104,6 +106,17 @@ q = torch.randn(1, 2, 4, 8, dtype=dtype, requires_grad=True)  # which kernel ran
 fn = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).grad_fn
 print(f"the attention kernel torch picked: {type(fn).__name__}")
 # --8<-- [end:run]
+
+
+# --8<-- [start:math]
+def math_bytes(h, heads, s):  # per token: the input of q, k, v; float32 copies of q,
+    return 2 * h + 3 * 4 * h + 4 * heads * s + 2 * h  # k, v (every head), the scores
+
+
+with sdpa_kernel(SDPBackend.MATH):  # the Llama-3-70B-shaped layer: 1 K/V head for 8
+    counted = kept(layers[2][1], x, rope.cos, rope.sin)["attn"]
+report("Llama-3-70B ratios, math attention", T * math_bytes(H, HEADS, S), counted, "B")
+# --8<-- [end:math]
 
 # --8<-- [start:published]
 print("\nFormula only, bytes per s·b·h per layer (bf16, flash kernel):")

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
+
 from shapes_model import Model, attention, model, swiglu
 
 argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
