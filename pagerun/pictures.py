@@ -475,14 +475,15 @@ def draw_fsdp_step(c: dict[str, int], lang: str) -> str:
     for row, name in enumerate(settings):
         v = lambda label: c[f"{name}, {label}"]  # noqa: E731
         boxes = [("rest", (rest,), MUTED), ("ag fwd", (v("forward all-gathers"),
-                  v("forward, bytes from other ranks")), COLOURS["F"]),
-                 ("held", (v("parameters held after forward"),), MUTED),
-                 ("ag bwd", (v("backward all-gathers"), v("backward, bytes from other ranks")),
+                  v("forward, bytes received")), COLOURS["F"]),
+                 ("held", (v("params held after forward"),), MUTED),
+                 ("ag bwd", (v("backward all-gathers"), v("backward, bytes received")),
                   COLOURS["F"]),
-                 ("rs", (v("reduce-scatters"), v("reduce-scatter, bytes for other ranks")),
+                 ("rs", (v("reduce-scatters"), v("reduce-scatter, bytes sent")),
                   COLOURS["B"]), ("grad", (grad,), MUTED)]
-        y = -row * 1.4
-        ax.text(-0.1, y + 0.55, name, ha="left", va="bottom", fontsize=9)
+        y = -row * 1.4  # the recording's reshard=X is reshard_after_forward=X
+        ax.text(-0.1, y + 0.55, name.replace("reshard=", "reshard_after_forward="),
+                ha="left", va="bottom", fontsize=9)
         for i, (key, values, colour) in enumerate(boxes):
             ax.add_patch(plt.Rectangle((i * 1.3, y - 0.5), 1.05, 1.0, facecolor=colour,
                                        edgecolor=FG, linewidth=0.6,
@@ -649,8 +650,8 @@ def _bars(titles, series):
     return draw
 
 
-_FREED = re.compile(r"^(?P<title>.+), rank (?P<rank>\d+): had each I freed all its stage's "
-                    r"outputs, the peak would be (?P<n>[\d,]+) B$")
+_FREED = re.compile(r"^(?P<title>.+), rank (?P<rank>\d+): peak (?P<n>[\d,]+) B had each I "
+                    r"freed all its outputs$")
 
 
 def _pipeline_bars(paths, lang):
@@ -658,7 +659,7 @@ def _pipeline_bars(paths, lang):
     and what it would be had each I freed all (the latter only)."""
     lines = body(paths[0])
     _, data = counted_bytes(["0 processes", *lines])  # these print no world size
-    label = ", activations held at peak"
+    label = ", peak"  # the activations held at the peak
     groups = [(k[:-len(label)], {label: v}) for k, v in data.items() if k.endswith(label)]
     marks = {(m["title"], int(m["rank"])): int(m["n"].replace(",", ""))
              for m in map(_FREED.match, lines) if m}
@@ -675,7 +676,7 @@ PICTURES: dict[str, Picture] = {
     "ddp-memory": Picture(
         ("cpu/ddp/cost.txt",),
         _bars([None], {"parameters per rank": "params", "gradients per rank": "grads",
-                       "Adam moments per rank (exp_avg, exp_avg_sq)": "adam"})),
+                       "Adam moments per rank": "adam"})),
     "fsdp-memory": Picture(
         ("cpu/model_parallel/fsdp_cost.txt", "cpu/model_parallel/fsdp_cost-4.txt"),
         _bars([None, None], {"parameters per rank (padded shards)": "params",

@@ -32,21 +32,19 @@ CHANGES = {
                    ">1,234,567<"),
     "fsdp-memory": (1, "rank 3: predicted 16,688 B, counted 16,688 B",
                     "rank 3: predicted 16,000 B, counted 16,000 B", ">16,000<"),
-    "pipeline-memory": (0, "1F1B, activations held at peak, rank 1: predicted 6,144 B, "
-                           "counted 6,144 B",
-                        "1F1B, activations held at peak, rank 1: predicted 7,168 B, "
-                        "counted 7,168 B", ">7,168<"),
+    "pipeline-memory": (0, "1F1B, peak, rank 1: predicted 6,144 B, counted 6,144 B",
+                        "1F1B, peak, rank 1: predicted 7,168 B, counted 7,168 B", ">7,168<"),
     "tensor-memory": (0, "TP, kept for backward, the input of o: predicted 2,304 B, "
                          "counted 2,304 B",
                       "TP, kept for backward, the input of o: predicted 2,048 B, "
                       "counted 2,048 B", ">2,048<"),
-    "zero-bubble-memory": (0, "interleaved zero bubble, rank 1: had each I freed all its "
-                              "stage's outputs, the peak would be 9,216 B",
-                           "interleaved zero bubble, rank 1: had each I freed all its "
-                           "stage's outputs, the peak would be 8,192 B", "> 8,192<"),
-    "fsdp-step": (0, "reshard_after_forward=False, parameters held after forward: predicted "
+    "zero-bubble-memory": (0, "interleaved zero bubble, rank 1: peak 9,216 B had each I "
+                              "freed all its outputs",
+                           "interleaved zero bubble, rank 1: peak 8,192 B had each I "
+                           "freed all its outputs", "> 8,192<"),
+    "fsdp-step": (0, "reshard=False, params held after forward: predicted "
                      "40,392 B, counted 40,392 B",
-                  "reshard_after_forward=False, parameters held after forward: predicted "
+                  "reshard=False, params held after forward: predicted "
                   "39,000 B, counted 39,000 B", "39,000 B<"),
     "collectives": (0, "rank 0: [0, 1, 2, 3] -> [60, 64, 68, 72]",
                     "rank 0: [0, 1, 2, 3] -> [61, 64, 68, 72]", ">61<"),

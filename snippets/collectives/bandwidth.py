@@ -31,7 +31,7 @@ if gpus >= local_world:  # one GPU per process: NCCL
     what = f"nccl on {torch.cuda.get_device_name()}, one GPU per process"
 else:  # the CPU, as the other programs of this chapter
     device, backend = torch.device("cpu"), "gloo"
-    what = ("gloo on the CPU, processes of one machine over its loopback: "
+    what = ("gloo on the CPU,\n  processes of one machine over its loopback: "
             "not a GPU figure")
     if gpus and rank == 0:
         print(f"{gpus} GPU(s) for {local_world} processes: running on the CPU")

@@ -35,7 +35,7 @@ if args.problem == 1:
           f"{LAYERS} layers: {gb(LAYERS * per_layer)}")
     print(f"attention scores per layer, if a kernel kept them: {gb(5 * HEADS * S * S)}")
     for n in [1, 8, 16, 32]:
-        print(f"context parallel over {n:>2} GPUs: {S // n:>7,} tokens and "
+        print(f"context parallel over {n:>2} GPUs: {S // n:>7,} tokens, "
               f"{gb(LAYERS * per_layer / n)} of activations per GPU")
 # --8<-- [end:p1]
 
@@ -48,7 +48,7 @@ if args.problem == 2:
         # Ulysses: q, k, v to heads and the output back; 1/n of each shard stays put
         ulysses = (n - 1) / n * (S // n) * (2 * HEADS + 2 * kv_heads) * HEAD_DIM * BF16
         print(f"{kv_heads} K/V heads: ring {gb(ring)} per layer and GPU "
-              f"({ring / NVLINK * 1e3:.2f} ms at NVLink), Ulysses {gb(ulysses)} "
+              f"({ring / NVLINK * 1e3:.2f} ms at NVLink),\n  Ulysses {gb(ulysses)} "
               f"({ulysses / NVLINK * 1e3:.2f} ms); "
               f"Ulysses over at most {kv_heads} GPUs")
     attention = 4 * S * S * HID / n  # QK^T and PV, 2 FLOP per multiply-add, no mask
@@ -62,8 +62,8 @@ if args.problem == 3:
     # K/V block of 2*c*HID*BF16 = 4*c*HID bytes: hidden while c >= PEAK / bandwidth
     for link, bw in [("NVLink", NVLINK), ("InfiniBand", NIC)]:
         c = PEAK / bw  # causal, zig-zag: each step after the first does half a block
-        print(f"{link}: hidden from {c:,.0f} tokens per GPU ({2 * c:,.0f} causal); "
-              f"at 40% of peak FLOP/s from {0.4 * c:,.0f} ({0.8 * c:,.0f} causal)")
+        print(f"{link}: hidden from {c:,.0f} tokens per GPU ({2 * c:,.0f} causal);\n"
+              f"  at 40% of peak FLOP/s from {0.4 * c:,.0f} ({0.8 * c:,.0f} causal)")
     for n, link in [(8, "NVLink"), (16, "InfiniBand"), (64, "InfiniBand")]:
         print(f"{S:,} tokens over {n} GPUs: {S // n:,} per GPU, ring across {link}")
 # --8<-- [end:p3]

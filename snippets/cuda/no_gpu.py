@@ -2,6 +2,7 @@
 work)."""
 
 import argparse
+import textwrap
 import warnings
 
 import torch
@@ -25,7 +26,9 @@ for call, run in calls.items():
     try:
         print(f"{call:38} -> {run()!r}")
     except Exception as e:  # noqa: BLE001 - we want to see every kind of failure
-        print(f"{call:38} -> {type(e).__name__}: {e}")
+        # torch's first sentence, on a line of its own: some add a paragraph of advice
+        first = str(e).splitlines()[0].split(". ")[0]
+        print(f"{call:38} -> {type(e).__name__}:\n  {first}")
 # --8<-- [end:calls]
 
 # --8<-- [start:loader]
@@ -34,5 +37,7 @@ with warnings.catch_warnings(record=True) as caught:
     loader = DataLoader(torch.arange(8.0), batch_size=4, pin_memory=True)
     batch = next(iter(loader))
 print("DataLoader(pin_memory=True) batch is pinned:", batch.is_pinned())
-print("warnings:", [str(w.message) for w in caught])
+print("warnings:", len(caught))
+for w in caught:
+    print(textwrap.indent(textwrap.fill(str(w.message), 78), "  "))
 # --8<-- [end:loader]

@@ -1,6 +1,7 @@
 """TF32 switches and their defaults: readable on any machine, CUDA or not."""
 
 import argparse
+import textwrap
 
 import torch
 
@@ -25,5 +26,6 @@ try:  # the old and the new switch, both used for matmuls in one process
     print("reading allow_tf32 now:", b.cuda.matmul.allow_tf32)
 except RuntimeError as e:  # first sentence of the message, without its preamble
     first = str(e).split(",", 1)[-1].split(".")[0]
-    print("reading allow_tf32 now: RuntimeError:", first)
+    print(textwrap.fill(f"reading allow_tf32 now: RuntimeError: {first}", 80,
+                        subsequent_indent="  "))
 # --8<-- [end:defaults]

@@ -54,7 +54,8 @@ expected = model(requests.flatten(0, 1)).view(8, 32, 10)
 got = torch.stack([results[i] for i in range(8)])
 print("threads:", len(threads), "| batches served:", len(results))
 err = (got - expected).abs().max().item()
-print(f"max abs diff vs one CPU model: {err:.1e} (< 1e-4: the same model)")
+verdict = "< 1e-4: the same model" if err < 1e-4 else ">= 1e-4: NOT the same results"
+print(f"max abs diff vs one CPU model: {err:.1e} ({verdict})")
 print(
     "per worker (current device, its own stream current):", dict(sorted(seen.items()))
 )
@@ -64,4 +65,5 @@ print(
     "| default stream current:",
     torch.cuda.current_stream() == torch.cuda.default_stream(),
 )
+assert err < 1e-4, "the threads' results differ from one CPU model's"
 # --8<-- [end:check]

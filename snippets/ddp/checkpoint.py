@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
+import textwrap
 from datetime import timedelta
 
 import torch
@@ -90,7 +91,7 @@ if rank == 0:
     try:
         plain.load_state_dict(wrapped)
     except RuntimeError as e:
-        print("RuntimeError:", str(e).splitlines()[1].strip()[:80], "...")
+        print("RuntimeError:\n ", str(e).splitlines()[1].strip(), "...")
     consume_prefix_in_state_dict_if_present(wrapped, "module.")  # in place
     print("after removing the prefix:", plain.load_state_dict(wrapped))
 # --8<-- [end:prefix]
@@ -111,7 +112,9 @@ if rank == 0:
     try:
         torch.load(naive, weights_only=True)
     except RuntimeError as e:
-        print("direct write: RuntimeError:", str(e).splitlines()[0])
+        first = str(e).split(". ")[0]  # torch's first sentence; the rest is advice
+        print(textwrap.fill(f"direct write: RuntimeError: {first}", 80,
+                            subsequent_indent="  "))
     shutil.rmtree(ckpt_dir)
 # --8<-- [end:crash]
 

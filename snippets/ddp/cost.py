@@ -100,7 +100,8 @@ report("FLOPs per step and rank", (6 * sum(weights) - 2 * weights[0]) * BATCH,
 n = world_size
 if rank == 0:
     print(f"ring all-reduce, bytes sent per rank: 2(n-1)/n * P*4 = "
-          f"{2 * (n - 1) * P * 4 / n:,.0f} B (formula only: gloo picks its algorithm)")
+          f"{2 * (n - 1) * P * 4 / n:,.0f} B\n"
+          "  (formula only: gloo picks its algorithm)")
 # --8<-- [end:steps]
 
 # --8<-- [start:memory]
@@ -113,9 +114,9 @@ report("gradients per rank", P * 4, nbytes(p.grad for p in params), "B")
 adam = torch.optim.Adam(ddp.parameters(), lr=1e-3)
 adam.step()  # one step on the gradients we have: Adam creates its state now
 state = list(adam.state.values())
-report("Adam moments per rank (exp_avg, exp_avg_sq)", 2 * P * 4,
+report("Adam moments per rank", 2 * P * 4,
        nbytes(s[k] for s in state for k in ("exp_avg", "exp_avg_sq")), "B")
-report("Adam step counters per rank (one float32 per tensor)", len(params) * 4,
+report("Adam step counters per rank (a float32 per tensor)", len(params) * 4,
        nbytes(s["step"] for s in state), "B")
 # --8<-- [end:memory]
 

@@ -53,9 +53,8 @@ def report(name: str, shard: list[int]) -> None:
     dist.all_reduce(sums)
     if rank == 0:
         print(
-            f"{name:30} counted {int(sums[1])} samples: mean of means "
-            f"{mean.item() / world_size:.4f}, "
-            f"sum/count {(sums[0] / sums[1]).item():.4f}"
+            f"{name:28} {int(sums[1]):7d} {mean.item() / world_size:13.4f} "
+            f"{(sums[0] / sums[1]).item():9.4f}"
         )
 
 
@@ -64,6 +63,8 @@ padded = list(DistributedSampler(correct, shuffle=False))  # pads by repeating s
 dropped = list(DistributedSampler(correct, shuffle=False, drop_last=True))
 # every sample exactly once, uneven shards
 exact = list(range(rank, len(correct), world_size))
+if rank == 0:
+    print(f"{'':28} {'samples':>7} {'mean of means':>13} {'sum/count':>9}")
 report("DistributedSampler (default)", padded)
 report("DistributedSampler drop_last", dropped)
 report("range(rank, N, world_size)", exact)

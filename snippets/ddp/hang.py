@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import sys
+import textwrap
 import time
 from datetime import timedelta
 
@@ -37,8 +38,11 @@ def worker(rank: int, world_size: int, port: int, errors, done, size: int) -> No
     except RuntimeError as e:
         seconds = time.perf_counter() - t0
         message = re.sub(r"\]:\d+", "]:<port>", str(e))  # the port differs in every run
-        errors.put(f"rank {rank} gave up after {seconds:.1f} s:\n"
-                   f"  RuntimeError: {message}")
+        message = re.sub(r"^\[[^\]]*\.cc:\d+\] ", "", message)  # gloo's C++ source line
+        errors.put(f"rank {rank} gave up after {seconds:.1f} s:\n" + textwrap.fill(
+            f"RuntimeError: {message}", 80, initial_indent="  ",
+            subsequent_indent="    ",
+            break_long_words=False, break_on_hyphens=False))
     done.wait()  # leave together: a rank that exits early closes its peer's connection
     dist.destroy_process_group()
 # --8<-- [end:bug]

@@ -136,7 +136,7 @@ rate = samples_per_second(DDP(model(), device_ids=ids), dist.group.WORLD)
 if rank == 0:
     params = sum(p.numel() for p in model().parameters())  # a fresh copy, to count
     print(f"model: {params / 1e6:.1f}M parameters, {params * 4 / 2**20:.0f} MiB of "
-          "gradients to all-reduce per step; 8 samples per process per step")
+          "gradients to all-reduce per step;\n  8 samples per process per step")
     print(f"steps per epoch: {len(loader(solo))} for 1 process, "
           f"{len(loader(dist.group.WORLD))} for each of {world_size}")
     print(f"{'per step':18}{'1 process':>12}{f'{world_size} processes':>14}")
@@ -148,7 +148,7 @@ if rank == 0:
     print("grew by: " + ", ".join(f"{part} {(many[part] - one[part]) * 1e3:+.1f} ms"
                                   for part in one))
     print(f"measured, {2 * args.steps} steps in a row: 1 process without DDP "
-          f"{plain:.0f} samples/s, {world_size} processes {rate:.0f} samples/s")
+          f"{plain:.0f} samples/s,\n  {world_size} processes {rate:.0f} samples/s")
     print(f"{world_size} processes: {rate / plain:.1f}x the samples per second of one")
 # --8<-- [end:report]
 

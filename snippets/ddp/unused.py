@@ -5,6 +5,7 @@ import argparse
 import gc
 import os
 import sys
+import textwrap
 import time
 from datetime import timedelta
 
@@ -66,7 +67,8 @@ try:
 except RuntimeError as e:
     if rank == 0:
         lines = str(e).splitlines()
-        print("RuntimeError:", lines[0].split(". ")[0] + ".")
+        print(textwrap.fill(f"RuntimeError: {lines[0].split('. ')[0]}.", 80,
+                            subsequent_indent="  "))
         print(next(l for l in lines if l.startswith("Parameter indices")))
 # --8<-- [end:error]
 

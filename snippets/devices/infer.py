@@ -14,13 +14,14 @@ def existing_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError as e:
-        raise argparse.ArgumentTypeError(f"{e}; devices present: {', '.join(present)}")
+        raise argparse.ArgumentTypeError(
+            f"{e};\n  devices present: {', '.join(present)}")
     if device.type == "cuda":
         # a fresh process starts on 0
         index = 0 if device.index is None else device.index
         if index >= torch.cuda.device_count():  # also catches "no GPU at all"
             raise argparse.ArgumentTypeError(
-                f"{name} does not exist here; devices present: {', '.join(present)}")
+                f"{name} does not exist here;\n  devices present: {', '.join(present)}")
     elif device.type != "cpu":
         raise argparse.ArgumentTypeError(
             f"this script runs on cpu or cuda, not {device.type}"

@@ -31,5 +31,6 @@ try:
     w = x.cuda()  # shorthand for x.to("cuda"): needs a usable GPU
     print("x.cuda() is on", w.device)
 except (AssertionError, RuntimeError) as e:
-    print(f"x.cuda() raised {type(e).__name__}: {e}")
+    first = str(e).split(". ")[0]  # torch's first sentence, not its advice
+    print(f"x.cuda() raised {type(e).__name__}: {first}")
 # --8<-- [end:cuda]

@@ -30,19 +30,15 @@ print(
     f"{BATCH}: {out_mib:.0f} MiB"
 )
 print("per training step, computed from these sizes (MiB):")
-print(
-    "  GPUs | params copied out of GPU 0 | grads reduced into GPU 0 | logits on GPU "
-    "0 | on each other GPU"
-)
+print("  GPUs | params copied | grads reduced | logits on | logits on each")
+print("       | out of GPU 0  | into GPU 0    |     GPU 0 |      other GPU")
 for n in (2, 4, 8):
     # one replica for each of the other n - 1 GPUs, every step
     copies = param_mib * (n - 1)
     # its own share, plus the whole batch gathered for the loss
     gpu0 = out_mib / n + out_mib
-    print(
-        f"  {n:4d} | {copies:26.0f} | {copies:24.0f} | {gpu0:15.0f} | "
-        f"{out_mib / n:17.0f}"
-    )
+    print(f"  {n:4d} | {copies:13.0f} | {copies:13.0f} | {gpu0:9.0f} | "
+          f"{out_mib / n:14.0f}")
 # --8<-- [end:traffic]
 
 

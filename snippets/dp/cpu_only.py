@@ -37,5 +37,5 @@ for name, call in calls.items():
         result = call()
         print(f"{name}: returned {type(result).__name__}")
     except Exception as e:  # noqa: BLE001 - what each one raises is the point
-        print(f"{name}: {type(e).__name__}: {str(e).strip().splitlines()[0]}")
+        print(f"{name}:\n  {type(e).__name__}: {str(e).strip().splitlines()[0]}")
 # --8<-- [end:blocks]

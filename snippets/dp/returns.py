@@ -45,9 +45,13 @@ def show(obj):
 
 def attempt(kind, fn):
     try:
-        print(f"{kind:>15} -> {show(fn())}")
+        line = f"{kind:>15} -> {show(fn())}"
     except Exception as e:  # noqa: BLE001 - showing what each kind raises is the point
-        print(f"{kind:>15} -> {type(e).__name__}: {str(e).splitlines()[0]}")
+        line = f"{kind:>15} -> {type(e).__name__}:\n{'':19}{str(e).splitlines()[0]}"
+    if len(line) > 80 and "\n" not in line:  # a long dict: break after an entry
+        cut = line.rfind(", '", 0, 80) + 1
+        line = f"{line[:cut]}\n{'':19}{line[cut + 1:]}"
+    print(line)
 
 
 KINDS = [

@@ -3,6 +3,7 @@ fixes."""
 
 import argparse
 import io
+import textwrap
 
 import torch
 from torch import nn
@@ -29,7 +30,7 @@ def roundtrip(state):  # torch.save / torch.load through memory instead of a fil
 torch.manual_seed(0)
 # on a CPU-only machine too: the wrapper is still there
 dp = nn.DataParallel(make_model())
-print("keys of dp.state_dict():", list(dp.state_dict()))
+print("keys of dp.state_dict():\n ", list(dp.state_dict()))
 # --8<-- [end:prefix]
 
 # --8<-- [start:error]
@@ -37,8 +38,10 @@ saved = roundtrip(dp.state_dict())
 plain = make_model()
 try:
     plain.load_state_dict(saved)
-except RuntimeError as e:
-    print(e)
+except RuntimeError as e:  # torch's message, its lines wrapped to 80 columns
+    for i, line in enumerate(str(e).splitlines()):
+        print(textwrap.fill(line.strip(), 80, initial_indent="  " * (i > 0),
+                            subsequent_indent="    "))
 # --8<-- [end:error]
 
 # --8<-- [start:fix-save]

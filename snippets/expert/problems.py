@@ -66,9 +66,9 @@ if args.problem == 3:
     # 8 per token, trained with 64-way expert parallelism across 8 nodes
     for model, f, n in [("Mixtral 8x7B", F, N), ("DeepSeek-V3", 2048, 64)]:
         nv, ib = f / crossover(NVLINK, N, True), f / crossover(NIC, n, True)
-        print(f"{model} (F = {f:,}): compute / all-to-all per step: "
-              f"EP={N} on NVLink {nv:.2f}, EP={n} on InfiniBand {ib:.2f}")
+        print(f"{model} (F = {f:,}): compute / all-to-all per step:\n"
+              f"  EP={N} on NVLink {nv:.2f}, EP={n} on InfiniBand {ib:.2f}")
     book = 8 * 990e12 / 400e9  # Scaling Book: F > 8 C / W_node, 2-matrix MLP, forward
-    print(f"Scaling Book: F > 8 C / W_node = {book:,.0f} (2 matrices); 3 matrices: "
+    print(f"Scaling Book: F > 8 C / W_node = {book:,.0f} (2 matrices);\n  3 matrices: "
           f"{book * 2 / 3:,.0f}; times 7/8: {book * 2 / 3 * 7 / 8:,.0f}")
 # --8<-- [end:p3]

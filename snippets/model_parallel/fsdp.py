@@ -113,9 +113,10 @@ for step in range(3):
     opt_ref.step()
     opt_ref.zero_grad()
 diff = max_diff([p.full_tensor() for p in model.parameters()], ref.parameters())
-show(f"after 3 Adam steps, max abs diff from one process: {diff:.1e} "
-     "(< 1e-5: equal up to float32 round-off)")
-assert diff < 1e-5, diff
+verdict = ("< 1e-5: equal up to float32 round-off" if diff < 1e-5
+           else ">= 1e-5: NOT equal, more than round-off")  # what the figure shows
+show(f"after 3 Adam steps, max abs diff from one process: {diff:.1e} ({verdict})")
+assert diff < 1e-5, "FSDP trained differently from one process"
 # --8<-- [end:train]
 
 # --8<-- [start:full-state-dict]
@@ -152,8 +153,9 @@ diff = max_diff(
     [p.to_local() for p in fresh.parameters()],
     [p.to_local() for p in model.parameters()],
 )
-show(f"loaded back, max abs diff: {diff:.1e} (== 0: bit-identical)")
-assert diff == 0, diff
+verdict = "== 0: bit-identical" if diff == 0 else "!= 0: NOT what was saved"
+show(f"loaded back, max abs diff: {diff:.1e} ({verdict})")
+assert diff == 0, "the checkpoint did not load back what was saved"
 dist.barrier()
 if rank == 0:
     shutil.rmtree(path[0])
@@ -171,10 +173,12 @@ out = half(x)
 show(
     f"bf16 compute: output {out.dtype}, sharded parameters stay {half[0].weight.dtype}"
 )
-diff = max_diff([out.float()], [make_model()(x)])
-show(f"max abs diff from fp32: {diff:.1e} "
-     "(< 5e-2: bf16 keeps 8 significant bits, about 2.4 decimal digits)")
-assert diff < 5e-2, diff
+fp32 = make_model()(x)
+diff = max_diff([out.float()], [fp32]) / fp32.abs().max().item()  # relative to fp32
+verdict = ("< 2e-2: bf16 keeps 8 significant bits, about 2.4 decimal digits"
+           if diff < 2e-2 else ">= 2e-2: more than bf16's rounding")
+show(f"max |bf16 - fp32| / max |fp32|: {diff:.1e} ({verdict})")
+assert diff < 2e-2, "the bf16 output is further from fp32 than bf16's rounding"
 # --8<-- [end:mixed]
 
 # --8<-- [start:offload]

@@ -117,9 +117,13 @@ for group in groups:  # one call per group: a mixed list fails here too
     nn.utils.clip_grads_with_norm_(group, MAX_NORM, total)
 # --8<-- [end:by-hand]
 show(f"by hand: total norm on every rank {every_rank(total.item())}")
-d = max(((p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad) - q.grad)
-        .abs().max().item() for p, q in zip(model.parameters(), ref.parameters()))
-show(f"  clipped gradients vs one process: max abs diff {d:.1e} "
-     "(< 1e-6: equal up to float32 round-off)")
-assert d < 1e-6 and abs(total.item() - ref_norm.item()) < 1e-5, (d, total)
+# relative to each reference gradient (clipped, they are small): the worst of them
+d = max((((p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad) - q.grad)
+         .abs().max() / q.grad.abs().max()).item()
+        for p, q in zip(model.parameters(), ref.parameters()))
+verdict = ("< 1e-5: equal up to float32 round-off" if d < 1e-5
+           else ">= 1e-5: NOT equal, more than round-off")  # what the figure shows
+show(f"  clipped gradients vs one process: max rel diff {d:.1e} ({verdict})")
+assert d < 1e-5, "the clipped gradients differ from one process's"
+assert abs(total.item() - ref_norm.item()) < 1e-5, (total, ref_norm)
 dist.destroy_process_group()

@@ -37,7 +37,8 @@ if backend == "gloo":  # gloo fails on CUDA tensors in FSDP2's collectives: the 
 dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
 mesh = init_device_mesh(device.type, (n,))  # name the device (fsdp.py, offload)
 if rank == 0:
-    print(f"{n} processes, {backend} on {device.type}")
+    print(f"{n} processes, {backend} on {device.type}; "
+          "reshard=X below: reshard_after_forward=X")
 
 # --8<-- [start:count]
 def nbytes(t):
@@ -112,16 +113,16 @@ for reshard in [True, False] + divisors[-1:]:
         out.square().mean().backward()
     for what, predicted, counted, unit in [
         ("forward all-gathers", len(full), fwd.calls["all-gathers"], "calls"),
-        ("forward, bytes from other ranks", sum(full) * (n - 1) // n,
+        ("forward, bytes received", sum(full) * (n - 1) // n,
          fwd.bytes["all-gathers"], "B"),
-        ("parameters held after forward", sum(full) // group, held, "B"),
+        ("params held after forward", sum(full) // group, held, "B"),
         ("backward all-gathers", again, bwd.calls["all-gathers"], "calls"),
-        ("backward, bytes from other ranks", again and sum(full) * (group - 1) // group,
+        ("backward, bytes received", again and sum(full) * (group - 1) // group,
          bwd.bytes["all-gathers"], "B"),
         ("reduce-scatters", len(full), bwd.calls["reduce-scatters"], "calls"),
-        ("reduce-scatter, bytes for other ranks", sum(full) * (n - 1) // n,
+        ("reduce-scatter, bytes sent", sum(full) * (n - 1) // n,
          bwd.bytes["reduce-scatters"], "B")]:
-        report(f"reshard_after_forward={reshard}, {what}", predicted, counted, unit)
+        report(f"reshard={reshard}, {what}", predicted, counted, unit)
 # --8<-- [end:steps]
 
 # --8<-- [start:memory]
@@ -139,7 +140,7 @@ for r in range(n):
     report(f"Adam moments (exp_avg, exp_avg_sq), rank {r}",
            2 * 4 * sum(rows(p, r) * math.prod(p.shape[1:]) for p in params),
            moments[r], "B")
-report("Adam step counters per rank (one float32 per tensor)", len(params) * 4,
+report("Adam step counters per rank (a float32 per tensor)", len(params) * 4,
        sum(nbytes(s["step"]) for s in adam.state.values()), "B")
 # --8<-- [end:memory]
 

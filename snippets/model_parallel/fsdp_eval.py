@@ -6,7 +6,9 @@ Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \
 
 import argparse
 import os
+import re
 import sys
+import textwrap
 import time
 from datetime import timedelta
 
@@ -97,8 +99,9 @@ if not args.fix:
         evaluate(batches)
     except RuntimeError as e:
         if rank == 0:
-            print(f"rank 0: RuntimeError after {time.monotonic() - start:.1f} s:\n  "
-                  f"{str(e).splitlines()[0]}")
+            first = re.sub(r"^\[[^\]]*\.cc:\d+\] ", "", str(e).splitlines()[0])
+            print(f"rank 0: RuntimeError after {time.monotonic() - start:.1f} s:")
+            print(textwrap.fill(first, 80, initial_indent="  ", subsequent_indent="  "))
     dist.destroy_process_group()
     sys.exit(0)
 

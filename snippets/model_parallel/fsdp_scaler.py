@@ -92,7 +92,8 @@ m = make_model()
 out = m(x[mine])
 out.float().sum().backward()
 w = m[0].weight
-show(f"fp16 FSDP2: output {out.dtype}; sharded parameter {type(w).__name__} {w.dtype}, "
+show(f"fp16 FSDP2: output {out.dtype};\n"
+     f"  sharded parameter {type(w).__name__} {w.dtype}, "
      f"its gradient {type(w.grad).__name__} {w.grad.dtype}")
 for name, make in [("torch.amp.GradScaler", lambda: torch.amp.GradScaler(device.type)),
                    ("ShardedGradScaler", lambda: ShardedGradScaler(device.type))]:
@@ -102,7 +103,7 @@ for name, make in [("torch.amp.GradScaler", lambda: torch.amp.GradScaler(device.
             warnings.simplefilter("always")
             stepped, scale = step(make(), overflow)
         stepped, scale = zip(*every_rank((stepped, scale)))
-        show(f"  inf in rank 0's shard: {overflow!s:5}  step taken on each rank: "
+        show(f"  inf in rank 0's shard: {overflow}\n    step taken on each rank: "
              f"{list(stepped)}, scale after: {list(scale)}")
         for message in dict.fromkeys(str(w.message).split(", we")[0] for w in caught):
             show(f"    warning: {message}")

@@ -51,7 +51,8 @@ x, y = torch.randn(B * m, H, device=device), torch.randn(B * m, H, device=device
 full(x).sub(y).square().mean().backward()  # the reference gradients
 if rank == 0:
     print(f"{p} processes, {'NCCL, a GPU each' if own else 'gloo on the CPU'}; {m} "
-          f"micro-batches of {B} x {H} float32: {a:,} B at each stage boundary")
+          f"micro-batches of {B} x {H} float32:\n  {a:,} B at each stage boundary; "
+          "peak: the activations a rank holds at its peak")
 
 
 def chunk(s, S):  # stage s of S: layers [L s / S, L (s + 1) / S)
@@ -133,9 +134,9 @@ for name, Schedule, V in [("GPipe", ScheduleGPipe, 1), ("1F1B", Schedule1F1B, 1)
                           ("interleaved 1F1B", ScheduleInterleaved1F1B, v)]:
     out, k = run(Schedule, V), L // (V * p)  # k layers per stage: k outputs kept each
     for r in range(p):
-        report(f"{name}, activations held at peak, rank {r}", held(name, V, r) * k * a,
+        report(f"{name}, peak, rank {r}", held(name, V, r) * k * a,
                out[r][0], "B")
-    report(f"{name}, outputs kept for step() to return, rank {p - 1}", m * a,
+    report(f"{name}, step() outputs, rank {p - 1}", m * a,
            out[p - 1][1], "B")
 # --8<-- [end:report]
 

@@ -32,7 +32,8 @@ if args.problem == 1:
     print(f"one micro-batch at a stage boundary: {BOUNDARY / 1e6:,.1f} MB, "
           f"{send * 1e3:.2f} ms at 50 GB/s")
     print(f"a stage's forward of it: {forward * 1e3:.1f} ms, backward "
-          f"{2 * forward * 1e3:.1f} ms; the send: {send / forward:.1%} of the forward")
+          f"{2 * forward * 1e3:.1f} ms;\n"
+          f"  the send: {send / forward:.1%} of the forward")
 # --8<-- [end:p1]
 
 # --8<-- [start:p2]
@@ -68,7 +69,7 @@ if args.problem == 3:
 if args.problem == 4:
     # per micro-batch of t tokens: forward 2 (P/p) t / PEAK, send 2 h t / NIC; t cancels
     crossover = h * PEAK / NIC  # parameters per stage where the two are equal
-    print(f"PEAK / NIC = {PEAK / NIC:,.0f}; crossover: {crossover / 1e6:,.0f} M "
+    print(f"PEAK / NIC = {PEAK / NIC:,.0f};\n  crossover: {crossover / 1e6:,.0f} M "
           f"parameters per stage, {crossover / (12 * h * h):.2f} layers of 12 h^2")
     for width in [1024, 2048, 4096, 8192]:  # a GPT layer: 12 h^2 parameters
         ratio = 12 * width * width * NIC / (width * PEAK)

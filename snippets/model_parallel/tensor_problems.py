@@ -41,8 +41,8 @@ if args.problem == 1:
     print(f"weights per layer: {PL:,}; 80 layers: {LAYERS * PL / 1e9:.1f} billion")
     print(f"bytes per all-reduce: {S:,} B; per layer 2 in forward, 2 in backward")
     sent = ring_all_reduce(S, n)
-    print(f"each GPU sends on a ring: {sent / 1e6:,.1f} MB per all-reduce, "
-          f"{4 * sent / 1e6:,.1f} MB per layer, "
+    print(f"each GPU sends on a ring: {sent / 1e6:,.1f} MB per all-reduce,\n"
+          f"  {4 * sent / 1e6:,.1f} MB per layer, "
           f"{4 * LAYERS * sent / 1e9:,.1f} GB per micro-batch")
     half = (n - 1) / n * S  # an all-gather or a reduce-scatter of S
     print(f"with SP: {half / 1e6:,.1f} MB per all-gather or reduce-scatter, "
@@ -58,7 +58,7 @@ if args.problem == 2:
           f"2 all-reduces {2 * comm * 1e3:.3f} ms")
     compute, comms = 3 * matmuls(n) * LAYERS, 4 * comm * LAYERS  # backward: 2x FLOPs
     print(f"forward and backward, 80 layers: matmuls {compute * 1e3:.1f} ms, "
-          f"all-reduces {comms * 1e3:.1f} ms, {comms / (compute + comms):.0%} of "
+          f"all-reduces {comms * 1e3:.1f} ms,\n  {comms / (compute + comms):.0%} of "
           f"the time if they do not overlap")
 # --8<-- [end:p2]
 
@@ -76,7 +76,7 @@ if args.problem == 3:
     print(f"attention's scores and weighted sum would add "
           f"{scores / (2 * TOKENS * PL):.1%} to the forward's matmuls")
     book = FF * 450e9 / 990e12  # the Scaling Book's rule, its constants
-    print(f"Scaling Book: TP < F*W/C = {book:.1f}; on a ring, for its two-matrix "
+    print(f"Scaling Book: TP < F*W/C = {book:.1f};\n  on a ring, for its two-matrix "
           f"MLP: TP < 1 + F*W/C = {1 + FF * NVLINK / PEAK:.1f}")
 # --8<-- [end:p3]
 
@@ -90,7 +90,7 @@ if args.problem == 4:
         across = ring_all_reduce(S / 8, m) / NIC
         comms = 2 * max(inside, across)  # two all-reduces per layer's forward
         print(f"TP={8 * m:2} on {m} node(s): NVLink phase {inside * 1e3:.3f} ms, "
-              f"network {across * 1e3:.3f} ms; forward matmuls "
+              f"network {across * 1e3:.3f} ms;\n  forward matmuls "
               f"{matmuls(8 * m) * 1e3:.3f} ms, all-reduces {comms * 1e3:.3f} ms")
     print(f"Scaling Book beyond a node: TP < F*W/C = {FF * 400e9 / 990e12:.1f} "
           f"(W = 400 GB/s per node)")

@@ -51,7 +51,7 @@ if args.problem == 2:
     gpus, tokens = NODES * TP, 8 * SEQ
     # FSDP2 with bf16 compute keeps fp32 shards: parameter 4, gradient 4, Adam 4 + 4
     print(f"model state, 16 B per parameter over {gpus} GPUs: {16 * P / gpus / 1e9:.2f}"
-          f" GB per GPU (TP alone: {16 * P / TP / 1e9:.0f} GB)")
+          f" GB per GPU\n  (TP alone: {16 * P / TP / 1e9:.0f} GB)")
     layer = 2 * P / LAYERS / TP  # bytes of one layer's TP shard in bf16
     print(f"two gathered layers (FSDP prefetches one): {2 * layer / 1e9:.2f} GB")
     inputs = LAYERS * tokens * D * 2  # each layer's input, kept for recomputation

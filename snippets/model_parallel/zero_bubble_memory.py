@@ -123,6 +123,8 @@ def held(log, k, freed_by_i):
 
 # --8<-- [start:report]
 failed = []
+if rank == 0:
+    print(f"{p} processes; peak: the activations a rank holds at its peak")
 for name, Schedule, style in [
         ("1F1B", Schedule1F1B, "one"),
         ("interleaved 1F1B", ScheduleInterleaved1F1B, "loop"),
@@ -134,11 +136,11 @@ for name, Schedule, style in [
     for r, (log, peak) in enumerate(out):
         predicted = held(log, k, lambda s: 1 if s else 0)
         if rank == 0:
-            print(f"{name}, activations held at peak, rank {r}: predicted "
-                  f"{predicted:,} B, counted {peak:,} B")
+            print(f"{name}, peak, rank {r}: predicted {predicted:,} B, "
+                  f"counted {peak:,} B")
             if "I" in {kind for kind, _ in log}:
-                print(f"{name}, rank {r}: had each I freed all its stage's outputs, "
-                      f"the peak would be {held(log, k, lambda s: k):,} B")
+                print(f"{name}, rank {r}: peak {held(log, k, lambda s: k):,} B "
+                      "had each I freed all its outputs")
         if predicted != peak:
             failed.append(f"{name}, rank {r}")
 # --8<-- [end:report]

@@ -57,8 +57,8 @@ def report(what, predicted, counted, unit):
 
 def same(name, grads):  # recomputing runs the same kernels on the same inputs
     diff = max((a - b).abs().max().item() for a, b in zip(grads, reference))
-    print(f"  gradients vs no checkpointing: max abs diff {diff:.1e} "
-          "(== 0: bit-identical)")
+    verdict = "== 0: bit-identical" if diff == 0 else "!= 0: not bit-identical"
+    print(f"  gradients vs no checkpointing: max abs diff {diff:.1e} ({verdict})")
     if diff != 0:
         failed.append(f"{name}, gradients")
 # --8<-- [end:predict]

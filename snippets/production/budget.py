@@ -67,7 +67,8 @@ for budget in (1.0, 0.5, 0.0):  # 0.0: as much recomputation as full checkpointi
 predicted, counted = 2 * S * B * H, results[0.0][0]  # 0.0 keeps the block's input
 print(f"budget 0.0, bytes kept: predicted {predicted:,} B, counted {counted:,} B")
 diff = max((a - b).abs().max().item() for a, b in zip(results[0.0][1], results[1.0][1]))
-print(f"gradients, budget 0.0 vs 1.0: max abs diff {diff:.1e} (== 0: bit-identical)")
+verdict = "== 0: bit-identical" if diff == 0 else "!= 0: not bit-identical"
+print(f"gradients, budget 0.0 vs 1.0: max abs diff {diff:.1e} ({verdict})")
 if predicted != counted or diff != 0:
     sys.exit("budget 0.0: predicted != counted, or the gradients differ")
 # --8<-- [end:budget]

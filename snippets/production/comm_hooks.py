@@ -98,9 +98,11 @@ for name, hook in HOOKS.items():
     err = (sum(((g - e) ** 2).sum() for g, e in zip(grads, exact)).sqrt()
            / sum((e ** 2).sum() for e in exact).sqrt()).item()
     op, bound, why = BOUNDS[name]
-    show(f"  {name.split('_')[0]} error of the averaged gradient: {err:.2g} "
-         f"({op} {bound:g}: {why})")
     ok = err == bound if op == "==" else err < bound
+    verdict = f"{op} {bound:g}: {why}" if ok else f"{'!=' if op == '==' else '>='} " \
+        f"{bound:g}: more than {why}"
+    show(f"  {name.split('_')[0]} error of the averaged gradient: {err:.2g} "
+         f"({verdict})")
     failed += [] if ok and predicted == nbytes else [name]
 # --8<-- [end:report]
 

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -26,16 +27,21 @@ argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun --standalone "
              "--nproc-per-node=2 snippets/production/dcp_async.py")
-local_rank = int(os.environ["LOCAL_RANK"])
-local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
-gpus = torch.cuda.device_count()
-if gpus >= local_world:  # a GPU per process: NCCL, and gloo for the CPU (async_save)
-    device, backend = torch.device("cuda", local_rank), "cpu:gloo,cuda:nccl"
+local_rank, gpus = int(os.environ["LOCAL_RANK"]), torch.cuda.device_count()
+device = torch.device("cuda", local_rank % gpus) if gpus else torch.device("cpu")
+# The device rule (ddp/hello.py): NCCL only if no two processes got one GPU, by UUID
+timeout = timedelta(seconds=60)
+store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+store.set(f"device/{rank}", str(torch.cuda.get_device_properties(device).uuid)
+          if gpus else "cpu")
+devices = set(store.multi_get([f"device/{r}" for r in range(world)]))
+if b"cpu" not in devices and len(devices) == world:  # NCCL, and gloo for async_save
+    backend = "cpu:gloo,cuda:nccl"
     torch.cuda.set_device(device)
-else:  # gloo crashed on CUDA tensors in DTensor/FSDP2 collectives: use the CPU
+else:  # gloo fails on CUDA tensors in FSDP2's collectives: the CPU
     device, backend = torch.device("cpu"), "gloo"
-dist.init_process_group(backend, timeout=timedelta(seconds=60))
-rank, world = dist.get_rank(), dist.get_world_size()
+dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                        timeout=timeout)
 WIDTH, LAYERS, BATCH = 1024, 4, 8
 if rank == 0:
     print(f"{world} processes, {gpus} GPUs here: {backend} on {device.type}")
@@ -51,10 +57,11 @@ fully_shard(model, mesh=mesh)
 opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)  # sharded momentum
 
 
-def train_step(step: int) -> None:
+def train_step(step: int, before_update=lambda: None) -> None:
     g = torch.Generator().manual_seed(1000 * step + rank)
     x = torch.randn(BATCH, WIDTH, generator=g).to(device)
     model(x).square().mean().backward()
+    before_update()
     opt.step()
     opt.zero_grad()
 
@@ -108,6 +115,39 @@ if rank == 0:
           f"torch.equal on every shard: {same}")
 assert same, "the asynchronous checkpoint does not hold the weights it was given"
 # --8<-- [end:report]
+
+# --8<-- [start:stager]
+# A stager of our own copies in the background (on a GPU into pinned memory, from a
+# side stream; the CPU has neither): async_save returns before the copy is done
+stager = DefaultStager(StagingOptions() if device.type == "cuda" else
+                       StagingOptions(use_pinned_memory=False, use_shared_memory=False,
+                                      use_async_staging=True,
+                                      use_non_blocking_copy=False))
+saved = {k: v.to_local().clone() for k, v in model.state_dict().items()}
+t0 = time.perf_counter()
+model_sd, optim_sd = get_state_dict(model, opt)
+response = dcp.async_save({"model": model_sd, "optim": optim_sd},
+                          checkpoint_id=f"{root}/staged", process_group=ckpt_group,
+                          async_stager=stager)
+blocked_staged = time.perf_counter() - t0
+# forward and backward overlap the copy; the weights must not change before it ends
+train_step(4, before_update=response.staging_completion.result)
+train_step(5)
+response.upload_completion.result()  # before the next save, and before exiting
+stager.close()  # after the last save: its thread and its buffers
+# --8<-- [end:stager]
+fresh_sd, fresh_optim = get_state_dict(model, opt)
+state = {"model": fresh_sd, "optim": fresh_optim}
+dcp.load(state, checkpoint_id=f"{root}/staged")
+set_state_dict(model, opt, model_state_dict=state["model"],
+               optim_state_dict=state["optim"])
+same = all(torch.equal(v.to_local(), saved[k]) for k, v in model.state_dict().items())
+if rank == 0:
+    print(f"loop blocked by async_save with a background stager: "
+          f"{blocked_staged * 1e3:.1f} ms")
+    print(f"  its checkpoint: the weights after step 3, torch.equal on every shard: "
+          f"{same}")
+assert same, "the staged checkpoint does not hold the weights it was given"
 
 
 # --8<-- [start:bytes]

@@ -46,20 +46,27 @@ def make_model(device) -> nn.Module:
 
 rank = 0
 if distributed:
-    local_rank = int(os.environ["LOCAL_RANK"])
-    local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
     if 64 % int(os.environ["WORLD_SIZE"]):
         sys.exit("run with 1, 2, 4, 8, 16, 32 or 64 processes: tensor parallelism "
                  "cuts the 64 hidden features into equal shards"
                  if os.environ["RANK"] == "0" else 2)
-    gpus = torch.cuda.device_count()
-    if gpus >= local_world:  # one GPU per process: NCCL
-        device, backend = torch.device("cuda", local_rank), "nccl"
+    local_rank, gpus = int(os.environ["LOCAL_RANK"]), torch.cuda.device_count()
+    device = torch.device("cuda", local_rank % gpus) if gpus else torch.device("cpu")
+    # The device rule (ddp/hello.py): NCCL only if no two processes got one GPU
+    timeout = timedelta(seconds=60)
+    store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+    store.set(f"device/{rank}", str(torch.cuda.get_device_properties(device).uuid)
+              if gpus else "cpu")
+    devices = set(store.multi_get([f"device/{r}" for r in range(world)]))
+    backend = "nccl" if b"cpu" not in devices and len(devices) == world else "gloo"
+    if backend == "gloo":  # gloo fails on CUDA tensors in DTensor's collectives
+        device = torch.device("cpu")
+    else:
         torch.cuda.set_device(device)
-    else:  # gloo crashed on CUDA tensors in DTensor/FSDP2 collectives: use the CPU
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, timeout=timedelta(seconds=60))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                            timeout=timeout)
+    if rank == 0:
+        print(f"{world} processes: {backend} on {device.type}")
     from torch.distributed.device_mesh import init_device_mesh
     mesh = init_device_mesh(device.type, (world,))
 

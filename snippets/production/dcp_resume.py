@@ -29,7 +29,9 @@ from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DistributedSampler
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-parser.add_argument("--ckpt-dir", required=True, help="a folder per checkpoint, in it")
+parser.add_argument("--ckpt-dir", required=True,
+                    help="a folder per checkpoint in it; on several nodes, on a file "
+                         "system every node mounts")
 parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--kill-at-step", type=int, default=-1,
                     help="rank 1 dies there (attempt 0)")
@@ -38,16 +40,23 @@ parser.add_argument("--compare", metavar="PATH", help="compare the final weights
 args = parser.parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun: see the first lines of this program")
-local_rank = int(os.environ["LOCAL_RANK"])
-local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
-gpus = torch.cuda.device_count()
-if gpus >= local_world:  # one GPU per process: NCCL
-    device, backend = torch.device("cuda", local_rank), "nccl"
+local_rank, gpus = int(os.environ["LOCAL_RANK"]), torch.cuda.device_count()
+device = torch.device("cuda", local_rank % gpus) if gpus else torch.device("cpu")
+# The device rule (ddp/hello.py): NCCL only if no two processes got one GPU, by UUID
+timeout = timedelta(seconds=60)
+store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+store.set(f"device/{rank}", str(torch.cuda.get_device_properties(device).uuid)
+          if gpus else "cpu")
+devices = set(store.multi_get([f"device/{r}" for r in range(world)]))
+backend = "nccl" if b"cpu" not in devices and len(devices) == world else "gloo"
+if backend == "gloo":  # gloo fails on CUDA tensors in FSDP2's collectives: the CPU
+    device = torch.device("cpu")
+else:  # bit for bit on GPUs needs deterministic kernels (the page lists the rest)
     torch.cuda.set_device(device)
-else:  # gloo crashed on CUDA tensors in DTensor/FSDP2 collectives: use the CPU
-    device, backend = torch.device("cpu"), "gloo"
-dist.init_process_group(backend, timeout=timedelta(seconds=60))
-rank, world = dist.get_rank(), dist.get_world_size()
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                        timeout=timeout)
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 N, BATCH, EVERY = 40, 4, 3  # samples; per rank and step; steps between checkpoints
 
@@ -99,12 +108,20 @@ class AppState(Stateful):
 # --8<-- [start:resume]
 state = {"app": AppState()}
 os.makedirs(args.ckpt_dir, exist_ok=True)
-done = sorted(d for d in os.listdir(args.ckpt_dir)  # complete: .metadata comes last
+# rank 0 picks the newest complete save (.metadata comes last) and tells the others
+done = sorted(d for d in os.listdir(args.ckpt_dir)
               if os.path.exists(os.path.join(args.ckpt_dir, d, ".metadata")))
+box = [done[-1] if done else None]
+dist.broadcast_object_list(box, src=0)
+seen = [None] * world  # every rank must see that folder: shared storage
+dist.all_gather_object(seen, box[0] is None or box[0] in done)
+if not all(seen):
+    sys.exit(f"ranks {[r for r, s in enumerate(seen) if not s]} do not see "
+             f"{box[0]}: --ckpt-dir must be shared" if rank == 0 else 1)
 step = 0
-if done:
-    dcp.load(state, checkpoint_id=os.path.join(args.ckpt_dir, done[-1]))
-    step = int(done[-1].split("-")[1])
+if box[0]:
+    dcp.load(state, checkpoint_id=os.path.join(args.ckpt_dir, box[0]))
+    step = int(box[0].split("-")[1])
 if rank == 0:
     print(f"attempt {attempt}: starting at step {step}, epoch {position['epoch']}, "
           f"batch {position['batch']}, lr {sched.get_last_lr()[0]:.6f}")
@@ -142,10 +159,12 @@ full = get_model_state_dict(  # every rank takes part; rank 0 gets the whole ten
 equal = True
 if rank == 0 and args.save_final:
     torch.save(full, args.save_final)
+if rank == 0:
+    print(f"done after {step} steps: {world} processes, {backend} on {device.type}")
 if rank == 0 and args.compare:
     ref = torch.load(args.compare, weights_only=True)
     equal = ref.keys() == full.keys() and all(torch.equal(ref[k], full[k]) for k in ref)
-    print(f"done after {step} steps; final weights against the uninterrupted run: "
+    print(f"final weights against the uninterrupted run: "
           f"torch.equal on all {len(ref)} tensors: {equal}")
 # --8<-- [end:final]
 del model, opt

@@ -1,5 +1,6 @@
 """DDP's buckets: how bucket_cap_mb (left out, or given) sets their number, and what
-gradient_as_bucket_view=True saves, each predicted and counted."""
+gradient_as_bucket_view=True saves (memory; copies, with zero_grad(set_to_none=False)),
+each predicted and counted."""
 
 import argparse
 import gc
@@ -12,11 +13,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile
 
 argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun --standalone "
              "--nproc-per-node=2 snippets/production/ddp_buckets.py")
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # no log line per profiler start/stop
 local_rank, gpus = int(os.environ["LOCAL_RANK"]), torch.cuda.device_count()
 device = torch.device("cuda", local_rank % gpus) if gpus else torch.device("cpu")
 if gpus:
@@ -43,8 +46,9 @@ def report(what, predicted, counted, unit):
         failed.append(what)
 
 
-def run(steps=3, **ddp_args):
-    """A few steps of the model of ddp/cost.py; the buckets of the last one."""
+def run(steps=3, set_to_none=True, **ddp_args):
+    """A few steps of the model of ddp/cost.py; the buckets of the last one, and the
+    gradient-shaped copies in its backward (the profiler sees DDP's own ops)."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512),
                           nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
@@ -59,12 +63,18 @@ def run(steps=3, **ddp_args):
 
     ddp.register_comm_hook(None, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    shapes = {tuple(p.shape) for p in model.parameters()}
     for _ in range(steps):  # step 1 has one bucket; DDP rebuilds them after it
         buckets.clear()
-        opt.zero_grad()
-        ddp(torch.randn(32, 256, device=device)).square().mean().backward()
+        opt.zero_grad(set_to_none=set_to_none)
+        loss = ddp(torch.randn(32, 256, device=device)).square().mean()
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            loss.backward()
         opt.step()
-    return model, buckets, ddp
+    copies = sum(1 for e in prof.events()  # into a bucket (times 1/world), and back
+                 if e.name in ("aten::mul", "aten::copy_") and e.input_shapes
+                 and tuple(e.input_shapes[0]) in shapes)
+    return model, buckets, ddp, copies
 
 
 # --8<-- [start:cap]
@@ -82,7 +92,7 @@ FIRST = dist._DEFAULT_FIRST_BUCKET_BYTES  # 1 MiB
 for args, first_cap, cap in [({}, FIRST, 25 * MiB), ({"bucket_cap_mb": 25}, 25 * MiB,
                              25 * MiB), ({"bucket_cap_mb": 1}, MiB, MiB),
                              ({"static_graph": True}, FIRST, 25 * MiB)]:
-    model, buckets, ddp = run(**args)
+    model, buckets, ddp, _ = run(**args)
     report(f"DDP(model{''.join(f', {k}={v}' for k, v in args.items())}), buckets",
            predicted_buckets(list(model.parameters()), first_cap, cap), len(buckets),
            "buckets")
@@ -101,14 +111,16 @@ def outside(model, buckets):
 
 
 P4 = sum(p.numel() * 4 for p in model.parameters())  # float32 gradients
-for view in (False, True):
-    model, buckets, _ = run(gradient_as_bucket_view=view)
-    report(f"gradient_as_bucket_view={view}, gradient bytes outside the buckets",
-           0 if view else P4, outside(model, buckets), "B")
-    if view:  # the gradient's storage is the bucket's buffer
-        storage = model[0].weight.grad.untyped_storage().data_ptr()
-        show(f"  the first layer's weight.grad lies in a bucket: "
-             f"{storage in {b.untyped_storage().data_ptr() for b in buckets}}")
+n = len(list(model.parameters()))
+# copies per backward: each new gradient into its bucket, then back unless .grad is
+# the bucket's view; a gradient kept as a view (set_to_none=False) is divided in place
+for view, none, copies in [(False, True, 2 * n), (True, True, n), (True, False, 0)]:
+    model, buckets, _, counted = run(set_to_none=none, gradient_as_bucket_view=view)
+    reset = "" if none else "set_to_none=False"
+    tag = f"view {'on' if view else 'off'}, zero_grad({reset})"
+    report(f"{tag}: gradient bytes outside the buckets", 0 if view else P4,
+           outside(model, buckets), "B")
+    report(f"{tag}: gradient copies in a backward", copies, counted, "copies")
 # --8<-- [end:view]
 
 del model, buckets, ddp

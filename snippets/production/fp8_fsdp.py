@@ -122,9 +122,10 @@ for name, float8_gather, precompute, size in [  # size: bytes per gathered weigh
     runs[name] = out.detach()
 ref = runs.pop("bfloat16 all-gather")  # the same float8 matmuls: the same output
 diff = max((out - ref).abs().max().item() for out in runs.values())
+verdict = "== 0: bit-identical" if diff == 0 else "!= 0: not bit-identical"
 if rank == 0:
     print(f"step 2 output, both float8 all-gathers vs bfloat16's: max abs diff "
-          f"{diff:.1e} (== 0: bit-identical)")
+          f"{diff:.1e} ({verdict})")
 dist.destroy_process_group()
 if failed or diff != 0:
     sys.exit(f"rank {rank}: predicted != counted, or outputs differ: {failed}")

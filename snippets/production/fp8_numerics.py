@@ -41,8 +41,11 @@ def fp8(x, dtype, rowwise):
 def report(name, y, bound, zeros):
     err = ((y[1:] - ordinary).norm() / ordinary.norm()).item()  # relative RMS
     zero = ((y[1:] == 0) & (ordinary != 0)).float().mean().item()  # flushed to 0
-    print(f"{name:>17}: relative error {err:.2e} (< {bound}), "
-          f"flushed to zero {zero:.1e} ({zeros})")
+    op, limit = zeros.split(":")[0].split()  # "> 0.01: underflow" -> ">", "0.01"
+    met = zero > float(limit) if op == ">" else zero < float(limit)
+    zeros = zeros if met else f"{'<=' if op == '>' else '>='} {limit}: outside"
+    print(f"{name:>17}: relative error {err:.2e} ({'<' if err < bound else '>='} "
+          f"{bound}), flushed to zero {zero:.1e} ({zeros})")
     return err, zero
 
 
@@ -63,7 +66,8 @@ for label, dtype, rowwise, bound, zeros in [  # the bounds each figure must meet
 torch.manual_seed(0)
 x32 = torch.randn(256, 1024)
 err = ((x32.bfloat16().float() - x32).norm() / x32.norm()).item()
-print(f"bfloat16 vs float32: relative error {err:.2e} (< 0.005)")
+print(f"bfloat16 vs float32: relative error {err:.2e} "
+      f"({'<' if err < 0.005 else '>='} 0.005)")
 flushed = [z for _, z in results.values()]  # the zeros column, in the order above
 if not (flushed[0] > 0.01 and max(flushed[1:]) < 0.001) or err >= 0.005:
     sys.exit("a figure is outside its bound: see the lines above")

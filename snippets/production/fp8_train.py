@@ -58,14 +58,16 @@ for recipe in (None, "tensorwise", "rowwise"):
 # --8<-- [start:compare]
 ref, ref_losses = results[None]
 fell = ref_losses[-1] / ref_losses[0]
-print(f"bfloat16: final loss / first {fell:.2f} (< 0.5: it learns)")
+print(f"bfloat16: final loss / first {fell:.2f} "
+      + ("(< 0.5: it learns)" if fell < 0.5 else "(>= 0.5: it does not learn)"))
 bad = [] if fell < 0.5 else ["bfloat16"]
 for recipe in ("tensorwise", "rowwise"):
     out, losses = results[recipe]
     err = ((out - ref).norm() / ref.norm()).item()
     ratio = losses[-1] / ref_losses[-1]
     print(f"float8 {recipe}: first output vs bfloat16: relative error {err:.1e} "
-          f"(< 0.1); final loss / bfloat16's {ratio:.2f} (< 1.2)")
+          f"({'<' if err < 0.1 else '>='} 0.1); final loss / bfloat16's {ratio:.2f} "
+          f"({'<' if ratio < 1.2 else '>='} 1.2)")
     if err >= 0.1 or ratio >= 1.2:
         bad.append(recipe)
 if bad:

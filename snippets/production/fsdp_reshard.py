@@ -19,16 +19,22 @@ argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 if "LOCAL_RANK" not in os.environ:
     sys.exit("start me with torchrun, e.g.: OMP_NUM_THREADS=1 torchrun --standalone "
              "--nproc-per-node=4 snippets/production/fsdp_reshard.py")
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-local_rank = int(os.environ["LOCAL_RANK"])
-local_world = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this machine
-if torch.cuda.device_count() >= local_world:  # one GPU per process: NCCL
-    device, backend = torch.device("cuda", local_rank), "nccl"
+local_rank, gpus = int(os.environ["LOCAL_RANK"]), torch.cuda.device_count()
+device = torch.device("cuda", local_rank % gpus) if gpus else torch.device("cpu")
+# The device rule (ddp/hello.py): NCCL only if no two processes got one GPU, by UUID
+timeout = timedelta(seconds=60)
+store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+store.set(f"device/{rank}", str(torch.cuda.get_device_properties(device).uuid)
+          if gpus else "cpu")
+devices = set(store.multi_get([f"device/{r}" for r in range(world)]))
+backend = "nccl" if b"cpu" not in devices and len(devices) == world else "gloo"
+if backend == "gloo":  # gloo fails on CUDA tensors in FSDP2's collectives: the CPU
+    device = torch.device("cpu")
+else:
     torch.cuda.set_device(device)
-else:  # gloo crashed on CUDA tensors in FSDP2's collectives: use the CPU
-    device, backend = torch.device("cpu"), "gloo"
-dist.init_process_group(backend, device_id=device if backend == "nccl" else None,
-                        timeout=timedelta(seconds=60))
+dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                        device_id=device if backend == "nccl" else None,
+                        timeout=timeout)
 mesh = init_device_mesh(device.type, (world,))  # FSDP2's default: a CUDA mesh wherever
 show = print if rank == 0 else (lambda *a: None)  # a GPU is visible, even under gloo
 show(f"{world} processes: {backend} on {device.type}")
@@ -152,7 +158,8 @@ for case, (raf, micro, keep) in enumerate(CASES, 1):
     worst = max([worst] + [(p.full_tensor() - q).abs().max().item()
                            for p, q in zip(model.parameters(), reference.parameters())])
 show(f"weights after each step, max abs diff from one process: {worst:.1e} "
-     f"(< 1e-5: equal up to float32 round-off)")
+     + ("(< 1e-5: equal up to float32 round-off)" if worst < 1e-5 else
+        "(>= 1e-5: more than float32 round-off)"))
 dist.destroy_process_group()
 if failed or worst >= 1e-5:
     sys.exit(f"predicted != counted, or not one process's weights: {', '.join(failed)}")

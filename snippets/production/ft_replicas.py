@@ -133,9 +133,12 @@ finally:  # whatever happened: no process left behind
             p.terminate()
         p.join(10)
 print(f"steps {min(joint)} to {max(joint)}: both groups in the quorum")
-print(f"steps group 0 trained alone: {solo} (>= 1: training went on without group 1)")
-print(f"group 1 rejoined at step {rejoined} (> {KILL_AT}: healed from group 0, "
-      f"not from step 0)")
+print(f"steps group 0 trained alone: {solo} "
+      + ("(>= 1: training went on without group 1)" if solo >= 1 else
+         "(< 1: training stopped with group 1)"))
+print(f"group 1 rejoined at step {rejoined} "
+      + (f"(> {KILL_AT}: healed from group 0, not from step 0)" if rejoined > KILL_AT
+         else f"(<= {KILL_AT}: not healed from group 0)"))
 equal = all(torch.equal(final[0][k], final[1][k]) for k in final[0])
 print(f"final weights of the two groups: torch.equal on all {len(final[0])}: {equal}")
 if not (equal and solo >= 1 and rejoined > KILL_AT):

@@ -78,8 +78,8 @@ for name, wrap, predicted in [("save_on_cpu", lambda m, x: m(x), exact + weights
     report(f"{name}, bytes on the host", predicted, held[0], "B")
     print(f"  tensors saved: {len(copies)}, of them weights: {sum(copies)}")
     diff = max((a - b).abs().max().item() for a, b in zip(grads, reference))
-    print(f"  gradients vs no offloading: max abs diff {diff:.1e} "
-          "(== 0: bit-identical)")
+    verdict = "== 0: bit-identical" if diff == 0 else "!= 0: not bit-identical"
+    print(f"  gradients vs no offloading: max abs diff {diff:.1e} ({verdict})")
     if diff != 0:
         failed.append(f"{name}, gradients")
 if failed:

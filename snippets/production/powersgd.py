@@ -139,12 +139,14 @@ for name, (hook, make_state) in HOOKS.items():
          f"counted {kept:,} B")
     failed += [] if kept == error + low_rank else [f"{name} (state)"]
     err, err_sum = rel_error(first, exact[0]), rel_error(total, exact[1])
-    show(f"{tag}: error of the step-3 gradient: {err:.2f} (< 1: a projection, "
-         f"not round-off)")
+    show(f"{tag}: error of the step-3 gradient: {err:.2f} "
+         + ("(< 1: a projection, not round-off)" if err < 1 else
+            "(>= 1: worse than sending nothing)"))
     bound, why = (0.5, "error feedback sends the rest later") if error else (
         1, "what a step leaves out is lost")
     show(f"{tag}: error of the sum of {STEPS - 2} steps' gradients: {err_sum:.2f} "
-         f"(< {bound:g}: {why})")
+         + (f"(< {bound:g}: {why})" if err_sum < bound else
+            f"(>= {bound:g}: above it)"))
     failed += [] if err < 1 and err_sum < bound else [f"{name} (error)"]
 # --8<-- [end:report]
 

@@ -60,10 +60,10 @@ total = sum(by_hand.values()) - by_hand["activations"]  # activations freed by b
 if device == "cuda":  # the caching allocator's count of live tensors, in whole blocks
     torch.cuda.synchronize()
     live = torch.cuda.memory_allocated() - nbytes([x])
-    print(f"after the step: by hand {total / KiB:.0f} KiB,"
+    print(f"after the step: by hand {total / KiB:.0f} KiB,\n "
           f" torch.cuda.memory_allocated {live / KiB:.0f} KiB"
           f" ({(live - total) / KiB:.0f} KiB more)")
 else:
-    print(f"after the step: by hand {total / KiB:.0f} KiB (on GPU compared with"
-          " torch.cuda.memory_allocated)")
+    print(f"after the step: by hand {total / KiB:.0f} KiB\n"
+          "  (on a GPU, compared with torch.cuda.memory_allocated)")
 # --8<-- [end:cuda]

@@ -6,7 +6,9 @@ Run with: torchrun --standalone --nproc-per-node=2 \
 
 import argparse
 import os
+import re
 import sys
+import textwrap
 import time
 from datetime import timedelta
 
@@ -56,11 +58,10 @@ def attempt(label, group=None):
         log_and_sync(group)
     except RuntimeError as e:
         first = str(e).split(", TensorShape")[0]  # shortened: the full message is long
+        first = re.sub(r"^\[[^\]]*\.cc:\d+\] ", "", first)  # gloo's C++ source line
         if rank == 0:
-            print(
-                f"{label}: RuntimeError after {time.monotonic() - start:.1f} s:\n  "
-                f"{first}"
-            )
+            print(f"{label}: RuntimeError after {time.monotonic() - start:.1f} s:")
+            print(textwrap.fill(first, 80, initial_indent="  ", subsequent_indent="  "))
 
 
 attempt("plain")

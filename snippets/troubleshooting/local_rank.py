@@ -20,7 +20,7 @@ for name, parse in [("python -m torch.distributed.launch", launch.parse_args),
     _, _, argv = run.config_from_args(
         parse(["--nproc-per-node=2", "train.py", "--lr=0.1"])
     )
-    print(f"{name:34} -> python {' '.join(argv)}")
+    print(f"{name} runs:\n  python {' '.join(argv)}")
 # --8<-- [end:argv]
 
 

@@ -91,7 +91,8 @@ def run(label, sig, *worker_args):
         launcher.join(40)
         wait_for(lambda: not any(map(alive, pids)), 1)
         left = sum(map(alive, pids))
-        print(f"{label}: torchrun gone; {left} of 2 workers still running")
+        result = f"torchrun gone; {left} of 2 workers still running"
+        print(f"{label}:" + (" " if len(label) + len(result) < 79 else "\n  ") + result)
         return pids
     finally:
         if launcher.is_alive():

@@ -8,6 +8,7 @@ would type after `torchrun`, and the workers it starts are this file with --work
 import argparse
 import os
 import sys
+import textwrap
 from datetime import timedelta
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -35,7 +36,8 @@ try:
     torchrun(["--nproc-per-node=1", f"--master-port={port}", *WORKER])
 except dist.DistNetworkError as e:
     message = str(e).replace(str(port), "PORT")  # the port changes from run to run
-    print(f"--master-port=PORT: DistNetworkError: {message}")
+    print(textwrap.fill(f"--master-port=PORT: DistNetworkError: {message}", 80,
+                        subsequent_indent="  "))
 # --8<-- [end:second]
 
 # --8<-- [start:fix]

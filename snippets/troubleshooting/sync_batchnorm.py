@@ -24,7 +24,7 @@ try:
     sync(x)
     print("SyncBatchNorm ran on", device)
 except ValueError as e:
-    print("ValueError:", e)
+    print("ValueError:\n ", e)
 # --8<-- [end:error]
 
 # --8<-- [start:fix]

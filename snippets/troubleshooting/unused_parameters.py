@@ -8,6 +8,7 @@ import argparse
 import gc
 import os
 import sys
+import textwrap
 from datetime import timedelta
 
 import torch
@@ -65,7 +66,8 @@ try:
     train(model)
 except RuntimeError as e:
     if rank == 0:
-        print("RuntimeError:", e)
+        for line in f"RuntimeError: {e}".splitlines():  # torch's lines, wrapped
+            print(textwrap.fill(line.strip(), 80, subsequent_indent="  "))
 # --8<-- [end:error]
 del model
 gc.collect()
