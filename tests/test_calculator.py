@@ -464,7 +464,7 @@ def test_presets_count_the_published_parameters(clean, lang):
         assert query["layers"] == [form["layers"]], "a preset's shapes are in the address"
         total = count(b, "total")
         near(f"{name}: parameters", total, p["published"])
-        assert f"{total:,}" in b.page.inner_text("article"), \
+        assert f"{total:,}" in b.page.text_content("article"), \
             f"{name}: the page's table of presets does not give {total:,}"
         if "non-embedding" in p:  # without the embedding and the output layer, V x h each
             s = p["shapes"]
