@@ -613,3 +613,21 @@ def test_the_bars_are_labelled_in_both_schemes(clean):
             assert text or width < 40, f"{part}: {width} px wide and no label"
             assert fg != bg
     b.page.evaluate("() => document.body.setAttribute('data-md-color-scheme', 'default')")
+
+
+def test_an_address_from_before_the_new_inputs_keeps_its_meaning(clean):
+    """A link written before kv_heads, ffn, sp, reduce_dtype and loss existed holds none of
+    them: it still describes the GPT block it meant, not the page's default Llama shapes."""
+    old = {k: v for k, v in BASE.items() if k not in (
+        "kv_heads", "ffn", "shared", "expert_ffn", "sp", "reduce_dtype", "loss")}
+    old |= dict(layers="32", hidden="4096", heads="32", vocab="32000", seq="4096", batch="1",
+                gpus="8", zero="3", tp="2")
+    b = clean
+    b.goto("calculator/?" + urlencode(old))
+    b.page.wait_for_function("() => document.querySelector('[data-calculator]').dataset.state")
+    shown = b.page.evaluate(READ)
+    gpt = calculate(b, **old)  # every input given, the new ones as BASE has them
+    assert shown["params"] == f"{gpt['params']:,} B"
+    assert shown["activations"] == f"{gpt['activations']:,} B"
+    assert b.page.input_value("input[name=ffn]") == "" and b.page.input_value(
+        "select[name=sp]") == "on"

@@ -26,6 +26,11 @@
     "mixtral-8x7b": {layers: 32, hidden: 4096, heads: 32, kv_heads: 8, ffn: 14336, vocab: 32000,
       experts: 8, topk: 2, expert_ffn: 14336},
   };
+  // what an address written before a field existed meant by it: a GPT block, every head its
+  // own K and V, no shared experts, sequence parallelism, gradients in their own dtype, and
+  // (the logits were not counted then) the float32 loss
+  const BEFORE = {kv_heads: "", ffn: "", shared: "", expert_ffn: "", sp: "on",
+    reduce_dtype: "same", loss: "float32"};
   const SUFFIX = {"": 1, k: 1e3, K: 1e3, M: 1e6, B: 1e9, G: 1e9, T: 1e12};
 
   const MESSAGES = {
@@ -50,7 +55,7 @@
       holds: "one GPU holds", sends: "sends", perStep: "per step",
       memory: "memory of one GPU", comm: "bytes sent per step",
       notHere: "on the last stage, not in this total",
-      formula: (w, sp, t, v, kind) => `${kind}: ${w}${t > 1 ? ` + ${sp} / ${t}` : ""} = ` +
+      formula: (w, sp, t, v, kind) => `${kind}: ${t > 1 ? `${w} + ${sp} / ${t} = ` : ""}` +
         `${+v.toFixed(2)} · u per layer`,
       kinds: {gpt: "GPT layer", swiglu: "SwiGLU layer", moe: "MoE layer"},
       sp: {on: "sequence parallel", off: "tensor parallel without SP"},
@@ -82,7 +87,7 @@
       holds: "一块 GPU 占用", sends: "每步发出", perStep: "",
       memory: "一块 GPU 的显存", comm: "每步发出的字节",
       notHere: "在最后一个阶段，不计入这里的合计",
-      formula: (w, sp, t, v, kind) => `${kind}：${w}${t > 1 ? ` + ${sp} / ${t}` : ""} = ` +
+      formula: (w, sp, t, v, kind) => `${kind}：${t > 1 ? `${w} + ${sp} / ${t} = ` : ""}` +
         `${+v.toFixed(2)} · u（每层）`,
       kinds: {gpt: "GPT 层", swiglu: "SwiGLU 层", moe: "MoE 层"},
       sp: {on: "序列并行", off: "张量并行，不开序列并行"},
@@ -504,8 +509,10 @@
     msg = MESSAGES[document.documentElement.lang] || MESSAGES.en;
     const form = root.querySelector("form");
     const query = new URLSearchParams(window.location.search);
+    const linked = FIELDS.some((f) => query.has(f));  // an address that holds the inputs
     for (const f of FIELDS) {
       if (query.has(f) && form.elements[f]) form.elements[f].value = query.get(f);
+      else if (linked && f in BEFORE) form.elements[f].value = BEFORE[f];
     }
     const preset = form.elements.preset;
     const raw = () => Object.fromEntries(FIELDS.map((f) => [f, form.elements[f].value]));
