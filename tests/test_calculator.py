@@ -401,7 +401,8 @@ HF = "https://huggingface.co"
 CONFIG_NAMES = {"num_hidden_layers": "layers", "hidden_size": "hidden",
                 "num_attention_heads": "heads", "num_key_value_heads": "kv_heads",
                 "intermediate_size": "ffn", "vocab_size": "vocab",
-                "num_local_experts": "experts", "num_experts_per_tok": "topk"}
+                "num_local_experts": "experts", "num_experts": "experts",
+                "num_experts_per_tok": "topk", "moe_intermediate_size": "expert_ffn"}
 PRESETS = {
     "llama-3-8b": {
         "config": f"{HF}/meta-llama/Meta-Llama-3-8B/blob/main/config.json",
@@ -429,6 +430,14 @@ PRESETS = {
                    "num_local_experts": 8, "num_experts_per_tok": 2},
         "published": (46.7e9, 0.05e9), "active": (12.9e9, 0.05e9),
         "source": "https://mistral.ai/news/mixtral-of-experts"},
+    "qwen1.5-moe-a2.7b": {
+        "config": f"{HF}/Qwen/Qwen1.5-MoE-A2.7B/blob/main/config.json",
+        "shapes": {"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
+                   "num_key_value_heads": 16, "intermediate_size": 5632, "vocab_size": 151936,
+                   "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+                   "shared_expert_intermediate_size": 5632},
+        "published": (14.3e9, 0.05e9), "active": (2.7e9, 0.05e9),
+        "source": f"{HF}/Qwen/Qwen1.5-MoE-A2.7B"},
 }
 COUNT = """k => document.querySelector(`[data-count="${k}"]`).textContent"""
 
@@ -440,10 +449,14 @@ def count(b, which: str) -> int | None:
 
 
 def preset_inputs(name: str) -> dict:
-    shapes = PRESETS[name]["shapes"]
+    shapes = dict(PRESETS[name]["shapes"])
+    shared = shapes.pop("shared_expert_intermediate_size", 0)
     inputs = {CONFIG_NAMES[k]: str(v) for k, v in shapes.items()}
     if "num_local_experts" in shapes:  # Mixtral: every expert is an MLP of intermediate_size
         inputs["expert_ffn"] = inputs["ffn"]
+    if shared:  # Qwen1.5-MoE: its shared expert, as shared experts of the routed ones' width
+        assert shared % shapes["moe_intermediate_size"] == 0
+        inputs["shared"] = str(shared // shapes["moe_intermediate_size"])
     return inputs
 
 

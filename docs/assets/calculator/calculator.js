@@ -25,6 +25,9 @@
     "qwen2.5-7b": {layers: 28, hidden: 3584, heads: 28, kv_heads: 4, ffn: 18944, vocab: 152064},
     "mixtral-8x7b": {layers: 32, hidden: 4096, heads: 32, kv_heads: 8, ffn: 14336, vocab: 32000,
       experts: 8, topk: 2, expert_ffn: 14336},
+    // its one shared expert of 5632 = 4 x 1408 rows: four shared experts of expert_ffn
+    "qwen1.5-moe-a2.7b": {layers: 24, hidden: 2048, heads: 16, kv_heads: 16, ffn: 5632,
+      vocab: 151936, experts: 60, topk: 4, shared: 4, expert_ffn: 1408},
   };
   // what an address written before a field existed meant by it: a GPT block, every head its
   // own K and V, no shared experts, sequence parallelism, gradients in their own dtype, and
