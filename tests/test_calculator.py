@@ -15,15 +15,16 @@ import pytest
 
 import sitebuild
 from pagerun import pages, recordings
-from test_browser import browser, clean  # noqa: F401 - the fixtures, with their skip logic
+from test_browser import ARTIFACTS, browser, clean  # noqa: F401 - the fixtures, skip logic
 
 pagerun_background = sitebuild.pagerun_background  # the build starts with the blocks
 
 # every input, as the page's address holds them: nothing left to the page's example
-BASE = {"params": "", "shapes": "", "layers": "", "hidden": "", "heads": "", "vocab": "",
-        "experts": "0", "topk": "1", "expert_params": "", "seq": "", "batch": "", "micro": "1",
-        "gpus": "1", "zero": "0", "tp": "1", "pp": "1", "cp": "1", "ep": "1",
-        "precision": "bf16-mixed", "optimizer": "adam", "checkpointing": "none"}
+BASE = {"params": "", "shapes": "", "layers": "", "hidden": "", "heads": "", "kv_heads": "",
+        "ffn": "", "vocab": "", "experts": "0", "topk": "1", "shared": "", "expert_ffn": "",
+        "expert_params": "", "seq": "", "batch": "", "micro": "1", "gpus": "1", "zero": "0",
+        "tp": "1", "sp": "on", "pp": "1", "cp": "1", "ep": "1", "precision": "bf16-mixed",
+        "reduce_dtype": "same", "optimizer": "adam", "checkpointing": "none", "loss": "float32"}
 READ = """() => ({state: document.querySelector('[data-calculator]').dataset.state,
   error: document.querySelector('[data-error]').textContent,
   ...Object.fromEntries([...document.querySelectorAll('[data-result]')]
@@ -391,3 +392,255 @@ def test_a_refused_layout_says_why(clean):
     raw = b.page.evaluate(READ)
     assert raw["state"] == "refused" and "tp × pp × cp" in raw["error"]
     assert raw["total"] == "—"
+
+
+# ---- the models people train now: presets, grouped K/V heads, SwiGLU, SP, logits ---------------
+# Each preset's shapes as its config.json gives them (the page links each file), and the count
+# its publisher prints, with half a unit of the last digit printed as the tolerance.
+HF = "https://huggingface.co"
+CONFIG_NAMES = {"num_hidden_layers": "layers", "hidden_size": "hidden",
+                "num_attention_heads": "heads", "num_key_value_heads": "kv_heads",
+                "intermediate_size": "ffn", "vocab_size": "vocab",
+                "num_local_experts": "experts", "num_experts": "experts",
+                "num_experts_per_tok": "topk", "moe_intermediate_size": "expert_ffn"}
+PRESETS = {
+    "llama-3-8b": {
+        "config": f"{HF}/meta-llama/Meta-Llama-3-8B/blob/main/config.json",
+        "shapes": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256},
+        "published": (8.03e9, 0.005e9), "source": f"{HF}/meta-llama/Meta-Llama-3-8B"},
+    "llama-3-70b": {
+        "config": f"{HF}/meta-llama/Meta-Llama-3-70B/blob/main/config.json",
+        "shapes": {"num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+                   "num_key_value_heads": 8, "intermediate_size": 28672, "vocab_size": 128256},
+        "published": (70.6e9, 0.05e9), "source": f"{HF}/meta-llama/Meta-Llama-3-70B"},
+    # the card gives 7.61B and, without the embedding and output layer, 6.53B; the shapes give
+    # 7.6155B (7.6156B with the q, k, v biases the calculator leaves out): the card cuts its
+    # last digit off where it rounds the other count, so the total is held to one unit
+    "qwen2.5-7b": {
+        "config": f"{HF}/Qwen/Qwen2.5-7B/blob/main/config.json",
+        "shapes": {"num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28,
+                   "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064},
+        "published": (7.61e9, 0.01e9), "non-embedding": (6.53e9, 0.005e9),
+        "source": f"{HF}/Qwen/Qwen2.5-7B"},
+    "mixtral-8x7b": {
+        "config": f"{HF}/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json",
+        "shapes": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+                   "num_local_experts": 8, "num_experts_per_tok": 2},
+        "published": (46.7e9, 0.05e9), "active": (12.9e9, 0.05e9),
+        "source": "https://mistral.ai/news/mixtral-of-experts"},
+    "qwen1.5-moe-a2.7b": {
+        "config": f"{HF}/Qwen/Qwen1.5-MoE-A2.7B/blob/main/config.json",
+        "shapes": {"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
+                   "num_key_value_heads": 16, "intermediate_size": 5632, "vocab_size": 151936,
+                   "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+                   "shared_expert_intermediate_size": 5632},
+        "published": (14.3e9, 0.05e9), "active": (2.7e9, 0.05e9),
+        "source": f"{HF}/Qwen/Qwen1.5-MoE-A2.7B"},
+}
+COUNT = """k => document.querySelector(`[data-count="${k}"]`).textContent"""
+
+
+def count(b, which: str) -> int | None:
+    text = b.page.evaluate(COUNT, which)
+    m = re.match(r"([\d,]+)\D", text + " ")
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+def preset_inputs(name: str) -> dict:
+    shapes = dict(PRESETS[name]["shapes"])
+    shared = shapes.pop("shared_expert_intermediate_size", 0)
+    inputs = {CONFIG_NAMES[k]: str(v) for k, v in shapes.items()}
+    if "num_local_experts" in shapes:  # Mixtral: every expert is an MLP of intermediate_size
+        inputs["expert_ffn"] = inputs["ffn"]
+    if shared:  # Qwen1.5-MoE: its shared expert, as shared experts of the routed ones' width
+        assert shared % shapes["moe_intermediate_size"] == 0
+        inputs["shared"] = str(shared // shapes["moe_intermediate_size"])
+    return inputs
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_presets_count_the_published_parameters(clean, lang):
+    """Choosing a preset fills the model's inputs with its config.json's shapes; the count the
+    calculator makes from them is the one its publisher prints."""
+    b = clean
+    calculate(b, lang, layers=1, hidden=64, seq=1, batch=1)
+    for name, p in PRESETS.items():
+        b.page.select_option("select[name=preset]", name)
+        form = b.page.evaluate("""() => Object.fromEntries([...document.querySelector(
+            '[data-calculator] form').elements].filter(e => e.name).map(e => [e.name, e.value]))""")
+        for field, value in preset_inputs(name).items():
+            assert form[field] == value, f"{name}: {field} is {form[field]}, config.json {value}"
+        assert form["params"] == form["shapes"] == "", "the count comes from the shapes"
+        query = parse_qs(urlsplit(b.page.url).query)
+        assert query["layers"] == [form["layers"]], "a preset's shapes are in the address"
+        total = count(b, "total")
+        near(f"{name}: parameters", total, p["published"])
+        assert f"{total:,}" in b.page.text_content("article"), \
+            f"{name}: the page's table of presets does not give {total:,}"
+        if "non-embedding" in p:  # without the embedding and the output layer, V x h each
+            s = p["shapes"]
+            near(f"{name}: without embeddings", total - 2 * s["vocab_size"] * s["hidden_size"],
+                 p["non-embedding"])
+        if "active" in p:
+            near(f"{name}: active", count(b, "active"), p["active"])
+        else:
+            assert count(b, "active") is None
+    b.page.fill("input[name=layers]", "33")
+    assert b.page.input_value("select[name=preset]") == "", "changed shapes are no preset"
+
+
+LLAMA_8B = preset_inputs("llama-3-8b")
+
+
+def test_a_swiglu_layer_with_grouped_heads(clean):
+    """The page's formula for a Llama layer (#activations), term by term, in u = s b h 16-bit
+    values: norms' inputs 4, inputs of q/k/v and of the MLP 4, Q 2, K and V 4 x 8 / 32, the
+    attention's output 2, and the SwiGLU MLP's four F-wide tensors 8 x 14336 / 4096: 41. A
+    formula, not a count: snippets/shapes/ will count a layer's saved tensors to check it."""
+    s, b = 4096, 2
+    r = calculate(clean, **LLAMA_8B, seq=s, batch=b, gpus=8, zero=3)
+    check("activations", r["activations"], 32 * 41 * s * b * 4096)
+    gpt = calculate(clean, **LLAMA_8B | {"ffn": "0"}, seq=s, batch=b, gpus=8, zero=3)
+    check("the GPT layer, ffn 0", gpt["activations"], 32 * (34 - 4 + 1) * s * b * 4096)
+    assert gpt["params"] < r["params"], "a GeLU MLP of 4h is smaller than SwiGLU's 3 x 3.5h"
+
+
+def test_tensor_parallel_without_sequence_parallelism(clean):
+    """Korthikanti et al., eq. 2 (no SP): 10 + 24 / t units per GPT layer; with SP as DTensor
+    runs it, 4 + 30 / t. The bytes TP sends are the same (an all-reduce is a reduce-scatter
+    and an all-gather); full checkpointing keeps each layer's input whole without SP."""
+    shape = dict(layers=8, hidden=4096, heads=32, vocab=0, seq=2048, batch=1, gpus=8, tp=8)
+    u = 2048 * 4096
+    on, off = calculate(clean, **shape), calculate(clean, **shape, sp="off")
+    check("SP", on["activations"], 8 * (4 + 30 / 8) * u, 1)
+    check("no SP", off["activations"], 8 * (10 + 24 / 8) * u, 1)
+    assert on["comm:tp"] == off["comm:tp"]
+    full = calculate(clean, **shape, sp="off", checkpointing="full")
+    check("checkpointed inputs, no SP", full["activations"], 8 * 2 * u + (10 + 24 / 8) * u, 1)
+
+
+def test_logits_and_the_float32_copy_for_the_loss(clean):
+    """b s V logits in bf16 and the float32 log-probabilities cross_entropy keeps (torchtitan
+    computes the loss on pred.float()); split by vocabulary with loss_parallel; a chunked loss
+    never holds them; on the last stage, in the first stage's total only without a pipeline."""
+    shape = LLAMA_8B | dict(seq=4096, batch=2, gpus=8, zero=3)
+    n = 2 * 4096 * 128256
+    r = calculate(clean, **shape)
+    check("logits", r["logits"], n * (2 + 4))
+    check("in the total", r["total"], r["params"] + r["grads"] + r["optimizer"]
+          + r["activations"] + r["logits"], 4)
+    check("loss_parallel", calculate(clean, **shape, tp=2, loss="parallel")["logits"], n * 6 / 2)
+    check("chunked", calculate(clean, **shape, loss="chunked")["logits"], 0)
+    two = calculate(clean, **shape, pp=2)
+    check("pp 2: the last stage's", two["logits"], n * 6)
+    check("pp 2: not the first stage's", two["total"],
+          two["params"] + two["grads"] + two["optimizer"] + two["activations"], 4)
+
+
+def test_reduce_dtype_float32_doubles_the_gradients(clean):
+    P, n = 7e9, 8
+    same = calculate(clean, params=P, gpus=n, zero=1)
+    fp32 = calculate(clean, params=P, gpus=n, zero=1, reduce_dtype="float32")
+    check("ZeRO 1, bf16 gradients", same["comm:dp"], (n - 1) / n * P * (2 + 2), 1)
+    check("ZeRO 1, float32 gradients", fp32["comm:dp"], (n - 1) / n * P * (4 + 2), 1)
+    check("gradients held", fp32["grads"], 4 * P, 1)
+
+
+# ---- the answer at a glance --------------------------------------------------------------------
+SEGMENTS = """() => [...document.querySelectorAll('[data-bar] span')]
+  .map(s => [s.closest('[data-bar]').dataset.bar, s.dataset.part, s.style.width])"""
+# a reader's edits, top to bottom of the form: each changes what one GPU holds or sends
+EDITS = [("layers", "40"), ("tp", "2"), ("pp", "2"), ("micro", "4"), ("zero", "1"),
+         ("checkpointing", "full"), ("pp", "1"), ("loss", "chunked")]
+
+
+def visible(b, selector: str) -> dict:
+    box = b.page.locator(selector).bounding_box()
+    view = b.page.viewport_size
+    assert box and box["y"] >= 0 and box["y"] + box["height"] <= view["height"] \
+        and box["x"] >= 0 and box["x"] + box["width"] <= view["width"], \
+        f"{selector} is not on screen: {box} in {view}"
+    return box
+
+
+@pytest.mark.parametrize("size", [(1280, 900), (390, 844)])
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_answer_and_its_picture_stay_on_screen_while_a_reader_edits(clean, size, lang):
+    """At 1280 x 900 the summary stays beside the form, at 390 x 844 in a bar under the
+    header: after each edit the totals and both stacked bars are in the viewport, the edited
+    input too and not under the summary, and the bars' segments have changed."""
+    b = clean
+    w, h = size
+    b.page.set_viewport_size({"width": w, "height": h})
+    try:
+        b.goto(f"{'' if lang == 'en' else 'zh/'}calculator/?" + urlencode(
+            BASE | LLAMA_8B | dict(seq=4096, batch=1, gpus=64, zero=3)))
+        b.page.wait_for_function("() => document.querySelector('[data-calculator]').dataset.state")
+        for name, value in EDITS:
+            before = b.page.evaluate(SEGMENTS)
+            field = b.page.locator(f"[data-calculator] [name={name}]")
+            field.focus()  # the browser scrolls it into view, as for a reader's Tab or tap
+            if field.evaluate("e => e.tagName") == "SELECT":
+                field.select_option(value)
+            else:
+                b.page.keyboard.press("Control+A")
+                b.page.keyboard.type(value)
+            assert b.page.evaluate(READ)["state"] == "ok"
+            after = b.page.evaluate(SEGMENTS)
+            assert after != before, f"{name} = {value}: the bars did not change"
+            summary = visible(b, ".calc-summary")
+            for sel in ('[data-headline="total"]', '[data-headline="comm"]',
+                        '[data-bar="memory"]', '[data-bar="comm"]'):
+                visible(b, sel)
+            box = visible(b, f"[data-calculator] [name={name}]")
+            apart = (box["y"] >= summary["y"] + summary["height"]
+                     or box["y"] + box["height"] <= summary["y"]
+                     or box["x"] >= summary["x"] + summary["width"]
+                     or box["x"] + box["width"] <= summary["x"])
+            assert apart, f"{name} is under the summary: {box}, {summary}"
+        bars = b.page.locator("[data-bar][role=img]")
+        assert bars.count() == 2
+        label = bars.first.get_attribute("aria-label")
+        assert re.search(r"\d+(\.\d+)? [kMGT]?B \(\d+%\)", label), label
+        ARTIFACTS.mkdir(exist_ok=True)
+        b.page.screenshot(path=str(ARTIFACTS / f"calculator-{lang}-{w}x{h}.png"))
+    finally:
+        b.page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def test_the_bars_are_labelled_in_both_schemes(clean):
+    """Every segment wide enough carries its short name, and a legend entry its full name and
+    figure: colour is never the only label. Its text stays legible in light and dark."""
+    b = clean
+    calculate(b, **LLAMA_8B, seq=4096, batch=1, gpus=8, zero=0, tp=2)
+    for scheme in ("default", "slate"):
+        b.page.evaluate("s => document.body.setAttribute('data-md-color-scheme', s)", scheme)
+        segs = b.page.evaluate("""() => [...document.querySelectorAll('[data-bar] span')].map(s =>
+            [s.dataset.part, s.textContent, s.getBoundingClientRect().width,
+             getComputedStyle(s).color, getComputedStyle(s).backgroundColor])""")
+        legend = b.page.locator("[data-legend=memory] li").all_inner_texts()
+        assert any("weights" in t and "GB" in t for t in legend), legend
+        for part, text, width, fg, bg in segs:
+            assert text or width < 40, f"{part}: {width} px wide and no label"
+            assert fg != bg
+    b.page.evaluate("() => document.body.setAttribute('data-md-color-scheme', 'default')")
+
+
+def test_an_address_from_before_the_new_inputs_keeps_its_meaning(clean):
+    """A link written before kv_heads, ffn, sp, reduce_dtype and loss existed holds none of
+    them: it still describes the GPT block it meant, not the page's default Llama shapes."""
+    old = {k: v for k, v in BASE.items() if k not in (
+        "kv_heads", "ffn", "shared", "expert_ffn", "sp", "reduce_dtype", "loss")}
+    old |= dict(layers="32", hidden="4096", heads="32", vocab="32000", seq="4096", batch="1",
+                gpus="8", zero="3", tp="2")
+    b = clean
+    b.goto("calculator/?" + urlencode(old))
+    b.page.wait_for_function("() => document.querySelector('[data-calculator]').dataset.state")
+    shown = b.page.evaluate(READ)
+    gpt = calculate(b, **old)  # every input given, the new ones as BASE has them
+    assert shown["params"] == f"{gpt['params']:,} B"
+    assert shown["activations"] == f"{gpt['activations']:,} B"
+    assert b.page.input_value("input[name=ffn]") == "" and b.page.input_value(
+        "select[name=sp]") == "on"

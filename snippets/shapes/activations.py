@@ -7,6 +7,8 @@ formula for published shapes, in bytes per s·b·h.
 import argparse
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from shapes_model import GPTBlock, Layer, Model
@@ -118,6 +120,29 @@ with sdpa_kernel(SDPBackend.MATH):  # the Llama-3-70B-shaped layer: 1 K/V head f
 report("Llama-3-70B ratios, math attention", T * math_bytes(H, HEADS, S), counted, "B")
 # --8<-- [end:math]
 
+
+# --8<-- [start:head]
+class HeadLoss(nn.Module):  # once per model: the final norm, the head, the loss
+    def __init__(self, model):
+        super().__init__()
+        self.norm, self.head = model.norm, model.head
+
+    def forward(self, x, targets):  # float32 logits for the loss, as Hugging Face does
+        logits = self.head(self.norm(x)).float()
+        return F.cross_entropy(logits.flatten(0, 1), targets)
+
+
+def head_bytes(h, vocab):  # per token: the norm (unfused), the head's input, and the
+    return 8 * h + 4 + 2 * h + 4 * vocab  # float32 log-softmax over the vocabulary
+
+
+V = 1024
+loss = HeadLoss(Model(V, H, 0, HEADS, HEADS, 1, seq=S).to(dtype))
+counted = sum(kept(loss, x, torch.randint(V, (B * S,))).values())
+report(f"output head and loss, V = {V:,}", T * head_bytes(H, V) + 4, counted,
+       "B")  # + 4: the loss's float32 total weight, one scalar
+# --8<-- [end:head]
+
 # --8<-- [start:published]
 print("\nFormula only, bytes per s·b·h per layer (bf16, flash kernel):")
 print(f"{'shape':<14}{'h':>7}{'h_kv':>6}{'F':>7}{'heads':>6}{'unfused':>9}"
@@ -131,6 +156,10 @@ for name, h, h_kv, f, heads in [("Llama-2-7B", 4096, 4096, 11008, 32),
     print(f"{name:<14}{h:>7,}{h_kv:>6,}{f:>7,}{heads:>6}{unfused:>9.1f}{fused:>7.1f}")
 gpt3 = sum(gpt_bytes(12288, 96, mask=1).values()) / 12288  # a mask of one byte
 print(f"GPT-3 175B: {gpt3:.1f} with byte masks (Korthikanti et al.: 34)")
+print("Output head and loss, once per model (float32 log-softmax, unfused norm):")
+for name, h, vocab in [("Llama-3-8B", 4096, 128256), ("Llama-3-70B", 8192, 128256),
+                       ("Qwen2.5-7B", 3584, 152064)]:
+    print(f"{name:<14}V = {vocab:,}: {head_bytes(h, vocab) / h:.1f} bytes per s·b·h")
 # --8<-- [end:published]
 if failed:
     raise SystemExit(f"predicted != counted: {', '.join(failed)}")
