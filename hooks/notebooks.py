@@ -5,11 +5,12 @@ a program says, before its first section, which notebooks hold them.
 
 mkdocs-jupyter renders through nbconvert's template ``mkdocs_html/notebook.html.j2``; the site
 has its own (``hooks/jupyter/nbconvert/templates/mkdocs_html/notebook.html.j2``: the cells
-without the 600 KB of JupyterLab CSS inlined in each page, the few rules they need are in
+without the 585 KB of JupyterLab CSS inlined in each page, the few rules they need are in
 ``overrides/main.html``). nbconvert looks for templates in every Jupyter data folder
 (``JUPYTER_PATH``) before mkdocs-jupyter's own folder, so the folder is put first there.
 With mkdocs-static-i18n, which rebuilds every file object after mkdocs-jupyter has marked the
-notebooks as pages, ``on_files`` marks them as pages again."""
+notebooks as pages (and so takes them for assets), ``on_files`` marks them as pages again and
+gives them their translations, as i18n does for pages (the language selector, the sitemap)."""
 
 import os
 from pathlib import Path
@@ -67,10 +68,38 @@ def _as_page(file: File) -> File:
 
 @event_priority(-200)  # after mkdocs-static-i18n (-100), which rebuilds every file object
 def on_files(files: Files, config) -> Files:
+    marked = []
     for f in files:  # in place: `files` is i18n's own Files subclass, which the nav needs
         if f.src_uri.endswith(".ipynb") and not f.is_documentation_page():
-            _as_page(f)
+            marked.append(_as_page(f))
+    i18n = config.plugins.get("i18n")
+    if i18n is not None and marked:
+        _alternates(i18n, marked, config)
+        # the sitemap's list of pages, which i18n took before they were pages
+        i18n.i18n_files_per_language[i18n.current_language] = files.documentation_pages()
     return files
+
+
+def _alternates(i18n, marked: list[File], config) -> None:
+    """Each notebook page's translations, as i18n gives every page of Markdown (it took the
+    notebooks for assets): the language selector leads to the same notebook in the other
+    language, and the sitemap lists it with its hreflang alternates."""
+    from mkdocs_static_i18n import folder
+
+    for f in marked:
+        alternates = {}
+        for lang in i18n.all_languages:
+            if lang == i18n.current_language:
+                alternates[lang] = f
+                continue
+            src = f"{lang}/{f.norm_src_uri}"
+            if not (Path(config.docs_dir) / src).is_file():
+                continue
+            other = File(src, config.docs_dir, config.site_dir, config.use_directory_urls,
+                         dest_uri=f"{lang}/{Path(f.norm_src_uri).with_suffix('')}/index.html")
+            alternates[lang] = folder.create_i18n_file(
+                other, lang, i18n.default_language, i18n.all_languages, config)
+        f.alternates = alternates
 
 
 @event_priority(100)  # before the search plugin: the notebooks hold the pages' code and text

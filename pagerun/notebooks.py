@@ -17,8 +17,8 @@ Cells for commands that need a GPU are tagged ``needs_cuda`` / ``needs_2_gpus``.
 mkdocs-jupyter renders each notebook as a page of the site (``docs/<lang>/notebooks/<name>/``,
 through the template ``hooks/jupyter/nbconvert/templates/mkdocs_html/notebook.html.j2``) and
 publishes the ``.ipynb`` beside it, for download. Every page that runs a program links to the
-notebooks that hold its programs (``links``, added by the hook). ``pages.pages()`` and the test collector leave the
-notebooks' folder out (its commands are the pages' own). ``tests/test_notebooks.py`` executes
+notebooks that hold its programs (``links``, added by the hook). ``pages.pages()`` and the test
+collector leave the notebooks' folder out (its commands are the pages' own). ``tests/test_notebooks.py`` executes
 the notebooks with nbclient.
 """
 

@@ -229,6 +229,15 @@ def test_the_notebook_page_shows_every_cell_in_order(name, lang):
             f"{lang}/{name}: a link to nothing: {link}"
     assert not re.search(r"<(?:script|link)\b[^>]*\b(?:src|href)=\"(?:https?:)?//", page), \
         f"{lang}/{name}: a script or stylesheet from another host"
+    # both languages: the language selector leads to this notebook's page in the other, and
+    # the sitemap lists the page (i18n takes the notebooks for assets: hooks/notebooks.py)
+    for other in pages.LANGS:
+        link = re.search(rf'<a href="([^"]*)" hreflang="{other}"', page)
+        there = site if other == pages.LANGS[0] else site / other
+        assert link and (here / link.group(1)).resolve() == (there / "notebooks" / name), \
+            f"{lang}/{name}: the {other} selector leads to {link and link.group(1)}"
+    prefix = "" if lang == pages.LANGS[0] else f"{lang}/"
+    assert f"{prefix}notebooks/{name}/</loc>" in (site / "sitemap.xml").read_text(encoding="utf-8")
     index = json.loads((top / "search" / "search_index.json").read_text(encoding="utf-8"))
     assert not [d["location"] for d in index["docs"] if "notebooks/" in d["location"]], \
         "search indexes the notebooks"
