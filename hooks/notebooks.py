@@ -1,11 +1,33 @@
-"""MkDocs hook: before each build, writes each page's notebook and the page that shows it,
-``docs/<lang>/notebooks/<name>.ipynb`` and ``.md``, from ``snippets/<folder>/``
-(``pagerun.notebooks``); MkDocs renders the page as any other and copies the notebook beside it.
-Every page that runs a program says, before its first section, which notebooks hold them."""
+"""MkDocs hook: before each build, writes each page's notebook,
+``docs/<lang>/notebooks/<name>.ipynb``, from ``snippets/<folder>/`` (``pagerun.notebooks``);
+mkdocs-jupyter renders it as a page and publishes the ``.ipynb`` beside it. Every page that runs
+a program says, before its first section, which notebooks hold them.
 
+mkdocs-jupyter renders through nbconvert's template ``mkdocs_html/notebook.html.j2``; the site
+has its own (``hooks/jupyter/nbconvert/templates/mkdocs_html/notebook.html.j2``: the cells
+without the 585 KB of JupyterLab CSS inlined in each page, the few rules they need are in
+``overrides/main.html``). nbconvert looks for templates in every Jupyter data folder
+(``JUPYTER_PATH``) before mkdocs-jupyter's own folder, so the folder is put first there.
+With mkdocs-static-i18n, which rebuilds every file object after mkdocs-jupyter has marked the
+notebooks as pages (and so takes them for assets), ``on_files`` marks them as pages again and
+gives them their translations, as i18n does for pages (the language selector, the sitemap)."""
+
+import os
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File, Files
+
 from pagerun import notebooks, pages
+
+TEMPLATES = Path(__file__).resolve().parent / "jupyter"
+
+
+def on_config(config):
+    paths = os.environ.get("JUPYTER_PATH", "").split(os.pathsep)
+    if str(TEMPLATES) not in paths:
+        os.environ["JUPYTER_PATH"] = os.pathsep.join([str(TEMPLATES)] + [p for p in paths if p])
+    return config
 
 
 def on_pre_build(config):
@@ -34,3 +56,54 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     lang = getattr(page.file, "locale", None) or pages.LANGS[0]
     sentence = notebooks.links(lang, path)
     return with_link(markdown, sentence) if sentence else markdown
+
+
+def _as_page(file: File) -> File:
+    """The same file object, now reporting itself as a documentation page."""
+    cls = type(file)
+    file.__class__ = type("Notebook" + cls.__name__, (cls,),
+                          {"is_documentation_page": lambda self: True})
+    return file
+
+
+@event_priority(-200)  # after mkdocs-static-i18n (-100), which rebuilds every file object
+def on_files(files: Files, config) -> Files:
+    marked = []
+    for f in files:  # in place: `files` is i18n's own Files subclass, which the nav needs
+        if f.src_uri.endswith(".ipynb") and not f.is_documentation_page():
+            marked.append(_as_page(f))
+    i18n = config.plugins.get("i18n")
+    if i18n is not None and marked:
+        _alternates(i18n, marked, config)
+        # the sitemap's list of pages, which i18n took before they were pages
+        i18n.i18n_files_per_language[i18n.current_language] = files.documentation_pages()
+    return files
+
+
+def _alternates(i18n, marked: list[File], config) -> None:
+    """Each notebook page's translations, as i18n gives every page of Markdown (it took the
+    notebooks for assets): the language selector leads to the same notebook in the other
+    language, and the sitemap lists it with its hreflang alternates."""
+    from mkdocs_static_i18n import folder
+
+    for f in marked:
+        alternates = {}
+        for lang in i18n.all_languages:
+            if lang == i18n.current_language:
+                alternates[lang] = f
+                continue
+            src = f"{lang}/{f.norm_src_uri}"
+            if not (Path(config.docs_dir) / src).is_file():
+                continue
+            other = File(src, config.docs_dir, config.site_dir, config.use_directory_urls,
+                         dest_uri=f"{lang}/{Path(f.norm_src_uri).with_suffix('')}/index.html")
+            alternates[lang] = folder.create_i18n_file(
+                other, lang, i18n.default_language, i18n.all_languages, config)
+        f.alternates = alternates
+
+
+@event_priority(100)  # before the search plugin: the notebooks hold the pages' code and text
+def on_page_context(context, page, config, nav):
+    if page.file.src_uri.endswith(".ipynb"):
+        page.meta["search"] = {"exclude": True}
+    return context

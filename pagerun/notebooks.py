@@ -14,11 +14,11 @@ the file, a ``%%writefile`` cell that writes it to ``snippets/<folder>/``, and o
 command line and some start several processes, so they run as programs, not inside the kernel.
 Cells for commands that need a GPU are tagged ``needs_cuda`` / ``needs_2_gpus``.
 
-Beside each notebook, ``<name>.md`` shows it as a page of the site (``as_page``): the same cells,
-the code highlighted as on every other page, each program folded; the ``.ipynb`` is published as
-it is, for download. Every page that runs a program links to the notebooks that hold its
-programs (``links``, added by the hook). ``pages.pages()`` and the test collector leave the
-notebooks' folder out (its commands are the pages' own). ``tests/test_notebooks.py`` executes
+mkdocs-jupyter renders each notebook as a page of the site (``docs/<lang>/notebooks/<name>/``,
+through the template ``hooks/jupyter/nbconvert/templates/mkdocs_html/notebook.html.j2``) and
+publishes the ``.ipynb`` beside it, for download. Every page that runs a program links to the
+notebooks that hold its programs (``links``, added by the hook). ``pages.pages()`` and the test
+collector leave the notebooks' folder out (its commands are the pages' own). ``tests/test_notebooks.py`` executes
 the notebooks with nbclient.
 """
 
@@ -28,7 +28,6 @@ import functools
 import json
 import os
 import re
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,7 +76,7 @@ TEXT = {
 @dataclass
 class Part:
     """One notebook: the programs of ``snippets/<folder>/`` that ``page`` runs first."""
-    name: str  # docs/<lang>/notebooks/<name>.ipynb and .md
+    name: str  # docs/<lang>/notebooks/<name>.ipynb
     folder: str
     page: Path  # docs/<lang>/...md
     programs: list[str] = field(default_factory=list)  # snippets/<folder>/x.py, first run first
@@ -119,13 +118,10 @@ def _code(text: str, tags=()) -> dict:
             "source": text}
 
 
-def _page_link(part: Part, lang: str, markdown: bool = False) -> str:
-    """The intro's link to the page: in the notebook, from the page's address
-    (<lang>/notebooks/<name>/); on the page, from its Markdown file, which MkDocs checks and
-    turns into that address."""
+def _page_link(part: Part, lang: str) -> str:
+    """The intro's link to the page, from the notebook page's address
+    (<lang>/notebooks/<name>/): mkdocs-jupyter shows the link as it is."""
     rel = part.page.relative_to(pages.DOCS / lang)
-    if markdown:
-        return f"../{rel.as_posix()}"
     address = rel.parent if rel.name == "index.md" else rel.with_suffix("")
     return f"../../{address.as_posix()}/".replace("/./", "/")
 
@@ -233,32 +229,6 @@ def target(name: str, lang: str) -> Path:
     return pages.DOCS / lang / "notebooks" / f"{name}.ipynb"
 
 
-def as_page(part: Part, lang: str, nb: dict) -> str:
-    """The notebook as a page of the site: its cells in order, Markdown as it is and each code
-    cell a code block (a cell magic as the block's title, a program folded under its
-    ``%%writefile`` line), the link to the page the page's."""
-    cells = []
-    for cell in nb["cells"]:
-        text = "".join(cell["source"])
-        if cell["cell_type"] == "markdown":
-            cells.append(text.replace(f"]({_page_link(part, lang)})",
-                                      f"]({_page_link(part, lang, markdown=True)})"))
-            continue
-        fence = "`" * max(3, 1 + max(map(len, re.findall("`+", text)), default=0))
-        first, _, rest = text.partition("\n")
-        if first.startswith("%%writefile"):  # folded: the page is an outline of the notebook,
-            # and a browser lays out a closed <details> only when it is opened
-            block = f"{fence}python\n{rest.rstrip()}\n{fence}"
-            cells.append(f'??? example "{first}"\n\n' + textwrap.indent(block, "    "))
-        elif first.startswith("%%"):  # %%bash
-            cells.append(f'{fence}bash title="{first}"\n{rest.rstrip()}\n{fence}')
-        else:
-            lang_ = "bash" if text.startswith("!") else "python"
-            cells.append(f"{fence}{lang_}\n{text}\n{fence}")
-    # search: the pages hold the same programs and text
-    return "---\nsearch:\n  exclude: true\n---\n\n" + "\n\n".join(cells) + "\n"
-
-
 _BUILT: dict[str, tuple[list, dict[str, Part]]] = {}  # by write_all, for this build's links
 
 
@@ -276,29 +246,27 @@ def links(lang: str, page: Path) -> str | None:
     here = page.parent
     items = ", ".join(
         f"[{t['label'].format(title=title(p.page))}]"
-        f"({Path(os.path.relpath(target(p.name, lang).with_suffix('.md'), here)).as_posix()})"
+        f"({Path(os.path.relpath(target(p.name, lang), here)).as_posix()})"
         for p in held)
     return t["link" if len(held) == 1 else "links"].format(links=items)
 
 
 def write_all() -> list[Path]:
-    """Every notebook and its page, ``docs/<lang>/notebooks/<name>.ipynb`` and ``.md``
-    (git-ignored; each written only when it changed: `mkdocs serve` stays calm; a notebook no
-    longer made is removed)."""
+    """Every notebook, ``docs/<lang>/notebooks/<name>.ipynb`` (git-ignored; each written only
+    when it changed: `mkdocs serve` stays calm; a notebook no longer made, and any other file
+    there, is removed: mkdocs-jupyter renders the .ipynb itself)."""
     written = []
     for lang in pages.LANGS:
         blocks = _blocks(lang)  # read afresh for each build (mkdocs serve), once per language
         _BUILT[lang] = blocks, parts(lang, blocks)
         for part in _BUILT[lang][1].values():
             path = target(part.name, lang)
-            nb = build(part, lang, blocks)
-            for out, text in ((path, json.dumps(nb, ensure_ascii=False, indent=1) + "\n"),
-                              (path.with_suffix(".md"), as_page(part, lang, nb))):
-                if not out.exists() or out.read_text(encoding="utf-8") != text:
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    out.write_text(text, encoding="utf-8")
-                written.append(out)
-        for old in (pages.DOCS / lang / "notebooks").glob("*.*"):  # a notebook no longer made
-            if old.suffix in (".ipynb", ".md") and old.is_file() and old not in written:
+            text = json.dumps(build(part, lang, blocks), ensure_ascii=False, indent=1) + "\n"
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+            written.append(path)
+        for old in (pages.DOCS / lang / "notebooks").glob("*.*"):  # no longer made, or an old .md
+            if old.is_file() and old not in written:
                 old.unlink()
     return written

@@ -14,10 +14,10 @@ machine can run, and compares each with its recording.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -104,7 +104,7 @@ def test_every_page_that_runs_a_program_links_to_its_notebooks(lang):
             assert (page.parent / t).resolve().is_file(), f"{page}: a link to nothing: {t}"
         own = [p for p in held if p.page == page]
         if own:
-            assert targets[0].endswith(f"notebooks/{own[0].name}.md"), f"{page}: own first"
+            assert targets[0].endswith(f"notebooks/{own[0].name}.ipynb"), f"{page}: own first"
 
 
 @pytest.mark.parametrize("lang", pages.LANGS)
@@ -120,7 +120,8 @@ def test_the_built_pages_link_to_their_notebooks(lang):
         link = html.find(f'href="{"../" * address.count("/")}notebooks/{name}/"')
         assert 0 < link < html.find("<h2"), f"{lang}/{page}: no link to {name} before its first section"
         assert (top / "notebooks" / name / "index.html").is_file()
-        assert (top / "notebooks" / f"{name}.ipynb").is_file()
+        # mkdocs-jupyter's include_source: the notebook beside its page, for download
+        assert (top / "notebooks" / name / f"{name}.ipynb").is_file()
 
 
 def test_the_link_goes_before_the_first_section():
@@ -168,50 +169,75 @@ def test_notebooks_run(tmp_path, monkeypatch):
     assert not problems, "\n\n".join(problems)
 
 
-FOLDED = re.compile(r'^\?\?\? example "(%%writefile [^"\n]+)"\n\n((?:    [^\n]*\n|\n)+)', re.M)
+BLOCK_END = re.compile(r"</(?:p|h[1-6]|li|summary|div|pre|details|ul|ol)>|<pre>|<br ?/?>")
 
 
-def _unfolded(page: str) -> str:
-    """The page with each folded program as a code block titled with its ``%%writefile`` line."""
-    def unfold(m: re.Match) -> str:
-        block = textwrap.dedent(m.group(2)).strip("\n")
-        fence, _, rest = block.partition("\n")
-        return f'{fence} title="{m.group(1)}"\n{rest}\n'
-    return FOLDED.sub(unfold, page)
+def _shown(html_text: str) -> str:
+    """What a reader sees of a piece of the page, its whitespace as single spaces: the text
+    without tags (a block's end as a space), without the headings' "¶" links."""
+    text = re.sub(r'<a class="anchor-link"[^>]*>.*?</a>', "", html_text)
+    text = re.sub(r"<[^>]+>", "", BLOCK_END.sub(" ", text))
+    return " ".join(html.unescape(text).split())
 
 
+def _markdown_shown(source: str) -> str:
+    """A Markdown cell as its text reads on the page: links as their words, no markup."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", source)
+    text = re.sub(r"^#+ ", "", text, flags=re.M).replace("`", "").replace("**", "")
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("lang", pages.LANGS)
 @pytest.mark.parametrize("name", NAMES)
-def test_the_notebook_page_shows_every_cell_in_order(name):
-    """docs/<lang>/notebooks/<name>.md (pagerun.notebooks.as_page): each Markdown cell as it
-    is (its link targets aside), each code cell in a code block of its own (a cell magic as the
-    block's title; a program folded under it), in the notebook's order; every link of its text
-    leads to a file of the site (the page, the .ipynb beside it), and search leaves it out. A
-    cell dropped, reordered or changed fails."""
-    part = PARTS["zh"][name]
-    nb = notebooks.build(part, "zh")
-    page = notebooks.as_page(part, "zh", nb)
-    assert page.startswith("---\nsearch:\n  exclude: true\n---\n")
-    assert len(FOLDED.findall(page)) == len(part.programs)
-    page = _unfolded(page)
-    unlinked = lambda text: re.sub(r"\]\([^)]*\)", "]()", text)  # noqa: E731
-    # the page in its code blocks and the text between them; link targets only in the text
-    parts = re.split(r"(^(`{3,})[^\n]*\n.*?\n\2$)", page, flags=re.M | re.S)
-    prose = [part for i, part in enumerate(parts) if i % 3 == 0]
-    shown = "".join(unlinked(part) if i % 3 == 0 else part
-                    for i, part in enumerate(parts) if i % 3 != 2)
-    at = 0
+def test_the_notebook_page_shows_every_cell_in_order(name, lang):
+    """The page mkdocs-jupyter renders from the notebook (through the site's template,
+    hooks/jupyter/nbconvert/templates/mkdocs_html/notebook.html.j2): every cell's text, in the
+    notebook's order (a program folded under its ``%%writefile`` line, highlighted), every
+    link of it leads to a file of the site (the page, the .ipynb beside it) or an id of the
+    page, nothing comes from another host, and search leaves it out. A cell dropped,
+    reordered or changed fails."""
+    site, _ = sitebuild.built()
+    top = site if lang == pages.LANGS[0] else site / lang
+    here = top / "notebooks" / name
+    page = (here / "index.html").read_text(encoding="utf-8")
+    start = page.index('<div class="jupyter-wrapper">')
+    body = page[start:page.index("</article>", start)]
+    nb = json.loads((here / f"{name}.ipynb").read_text(encoding="utf-8"))
+    assert nb == notebooks.build(PARTS[lang][name], lang), "not this build's notebook"
+    shown, at = _shown(body), 0
     for cell in nb["cells"]:
         src = _source(cell)
-        first, _, rest = src.partition("\n")
-        if cell["cell_type"] == "markdown":
-            src = unlinked(src)
-        elif first.startswith("%%"):
-            src = f'title="{first}"\n{rest.rstrip()}\n```'
-        found = shown.find(src, at)
-        assert found >= 0, f"{name}: a cell is missing or out of order:\n{src[:200]}"
-        at = found + len(src)
-    for link in re.findall(r"\]\(([^)#:]+)\)", "".join(prose)):
-        # the .ipynb is written beside the page by the same build (write_all)
-        assert link == f"{name}.ipynb" or \
-            (pages.DOCS / "zh" / "notebooks" / link).resolve().is_file(), \
-            f"{name}: a link to nothing: {link}"
+        want = _markdown_shown(src) if cell["cell_type"] == "markdown" else " ".join(src.split())
+        found = shown.find(want, at)
+        assert found >= 0, f"{lang}/{name}: a cell is missing or out of order:\n{want[:200]}"
+        at = found + len(want)
+    programs = re.findall(r'<details class="example"><summary>%%writefile ([^<]+)</summary>\s*'
+                          r'<div class="[^"]*\bhighlight\b[^"]*"><pre><code>(.*?)</code></pre>',
+                          body, re.S)
+    assert [p for p, _ in programs] == PARTS[lang][name].programs, "programs not folded in order"
+    for path, code in programs:  # highlighted: Pygments' token classes, as Material colours them
+        assert '<span class="kn">import</span>' in code, f"{path}: not highlighted"
+    ids = set(re.findall(r'\bid="([^"]+)"', page))
+    for link in re.findall(r'\bhref="([^"]*)"', body):
+        assert "://" not in link and not link.startswith("//"), f"{name}: another host: {link}"
+        target, _, anchor = link.partition("#")
+        if not target:
+            assert anchor in ids, f"{lang}/{name}: a link to no id: {link}"
+            continue
+        path = (here / target).resolve()
+        assert (path / "index.html" if path.is_dir() else path).is_file(), \
+            f"{lang}/{name}: a link to nothing: {link}"
+    assert not re.search(r"<(?:script|link)\b[^>]*\b(?:src|href)=\"(?:https?:)?//", page), \
+        f"{lang}/{name}: a script or stylesheet from another host"
+    # both languages: the language selector leads to this notebook's page in the other, and
+    # the sitemap lists the page (i18n takes the notebooks for assets: hooks/notebooks.py)
+    for other in pages.LANGS:
+        link = re.search(rf'<a href="([^"]*)" hreflang="{other}"', page)
+        there = site if other == pages.LANGS[0] else site / other
+        assert link and (here / link.group(1)).resolve() == (there / "notebooks" / name), \
+            f"{lang}/{name}: the {other} selector leads to {link and link.group(1)}"
+    prefix = "" if lang == pages.LANGS[0] else f"{lang}/"
+    assert f"{prefix}notebooks/{name}/</loc>" in (site / "sitemap.xml").read_text(encoding="utf-8")
+    index = json.loads((top / "search" / "search_index.json").read_text(encoding="utf-8"))
+    assert not [d["location"] for d in index["docs"] if "notebooks/" in d["location"]], \
+        "search indexes the notebooks"

@@ -25,7 +25,7 @@ pagerun_after_build = True
 CHANGES = {
     "pipeline-schedules": (0, "  GPipe             rank 0", "  GPipeX            rank 0",
                            ">GPipeX   rank 0<"),
-    "zero-bubble-schedules": (0, "ZBV, grads max abs diff", "ZBVX, grads max abs diff",
+    "zero-bubble-schedules": (0, "ZBV, grads max rel diff", "ZBVX, grads max rel diff",
                               ">ZBVX   rank 0<"),
     "ddp-memory": (0, "parameters per rank: predicted 2,648,104 B, counted 2,648,104 B",
                    "parameters per rank: predicted 1,234,567 B, counted 1,234,567 B",
