@@ -1,4 +1,4 @@
-"""Writing a full tensor into a DTensor parameter: copy_ refuses, distribute_tensor fits.
+"""A full tensor into a DTensor parameter: copy_ refuses, distribute_tensor works.
 
 Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \
          snippets/model_parallel/faq_dtensor_copy.py [--fix]

@@ -1,4 +1,4 @@
-"""An IterableDataset under torchrun: every rank, and every worker, reads the whole stream.
+"""An IterableDataset under torchrun: every rank and worker reads the whole stream.
 
 Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \
          snippets/production/faq_iterable.py [--fix]
