@@ -50,8 +50,8 @@ class TinyLM(nn.Module):
         return self.head(self.block(self.embed(tokens)))
 
     @torch.no_grad()
-    def generate(self, tokens, new_tokens):  # greedy; like Hugging Face's, it
-        for _ in range(new_tokens):          # calls forward itself, not self(...)
+    def generate(self, tokens, new_tokens):  # greedy; it calls forward
+        for _ in range(new_tokens):          # itself, not self(...)
             nxt = self.forward(tokens)[:, -1].argmax(-1, keepdim=True)
             tokens = torch.cat([tokens, nxt], dim=1)
         return tokens
