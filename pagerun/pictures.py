@@ -41,7 +41,7 @@ WORDS = {
         "rank": "rank {}", "slot": "time, in slots (1 slot: a forward through 1/{} of the layers)",
         "F": "F forward", "B": "B backward (input and weight gradients)",
         "I": "I input gradient", "W": "W weight gradient",
-        "f": "f, b: the rank's second stage", "idle": "idle",
+        "f": "{}: the rank's second stage", "idle": "idle",
         "bytes": "bytes per rank", "before": "before", "after": "after",
         "sum": "a sum of all ranks", "from": "from rank {}",
         "params": "parameters", "grads": "gradients", "adam": "Adam moments",
@@ -73,7 +73,7 @@ WORDS = {
         "rank": "rank {}", "slot": "时间，以时隙计（1 个时隙：一次前向经过全部层的 1/{}）",
         "F": "F 前向", "B": "B 反向（输入梯度与权重梯度）",
         "I": "I 输入梯度", "W": "W 权重梯度",
-        "f": "f、b：该 rank 的第二个阶段", "idle": "空闲",
+        "f": "{}：该 rank 的第二个阶段", "idle": "空闲",
         "bytes": "每个 rank 的字节数", "before": "之前", "after": "之后",
         "sum": "所有 rank 之和", "from": "来自 rank {}",
         "params": "参数", "grads": "梯度", "adam": "Adam 的两个矩",
@@ -312,7 +312,7 @@ def draw_timelines(data: dict[str, list[str]], lang: str) -> str:
                 up = letter.upper()
                 used.add(up)
                 second = letter.islower()
-                used.add("f") if second else None
+                used.update({"f", letter}) if second else None  # "f": any second stage
                 ax.add_patch(plt.Rectangle((start, -y - 0.4), n, 0.8, facecolor=COLOURS[up],
                                            edgecolor=FG, linewidth=0.6, hatchcolor="#ffffff",
                                            hatch="//" if second else None))
@@ -336,7 +336,8 @@ def draw_timelines(data: dict[str, list[str]], lang: str) -> str:
                              label=w[k]) for k in "FBIW" if k in used]
     if "f" in used:
         handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=MUTED, edgecolor=FG, hatch="//",
-                                     hatchcolor="#ffffff", linewidth=0.6, label=w["f"]))
+                                     hatchcolor="#ffffff", linewidth=0.6,
+                                     label=w["f"].format(", ".join(k for k in "fbiw" if k in used))))
     handles.append(plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor=MUTED,
                                  linestyle=(0, (2, 2)), label=w["idle"]))
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, fontsize=9)

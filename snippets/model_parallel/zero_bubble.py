@@ -150,8 +150,9 @@ for name, Schedule, style, k in [
               f"rank's first and last action: {', '.join(map(str, gaps))}\n{name}, "
               f"grads max rel diff {diff:.1e} " + ("(< 1e-4: as the unsplit model)"
               if diff < 1e-4 else "(>= 1e-4: NOT the unsplit model's)"))
-        for r, sp in enumerate(spans):  # one letter per slot, "." where idle
-            row = {t: a[0] for a, (s, e) in zip(logs[r], sp) for t in range(s, e)}
+        for r, sp in enumerate(spans):  # a letter per slot: lower case for a rank's
+            row = {t: a[0].lower() if a[1] >= p else a[0]  # second stage, "." idle
+                   for a, (s, e) in zip(logs[r], sp) for t in range(s, e)}
             print(f"  rank {r} {''.join(row.get(t, '.') for t in range(slots))}")
     if diff >= 1e-4 or len(set(busy)) > 1 or slots - busy[0] != k * (p - 1):
         failed.append(name)
