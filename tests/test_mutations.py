@@ -64,6 +64,10 @@ class Mutation(NamedTuple):
     reports_status: bool = False
 
 
+# the FAQ's programs print a verdict and exit 0 either way (without --fix they show the pitfall)
+FAQ_BLIND = ("it prints the failing verdict and exits 0: the same lines show the pitfall "
+             "without --fix, and no check ends the run")
+
 TORCHRUN = "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node={n} snippets/{p}"
 
 
@@ -274,6 +278,40 @@ MUTATIONS = [
              'data = slice((at["dp"] * a.fsdp + at["fsdp"]) * rows, None)',
              'data = slice(at["dp"] * a.fsdp * rows, None)',
              r"predicted != counted or not equal to one process: loss and gradients"),
+    # --- the FAQ's fixes (their --fix runs; without it each shows the pitfall)
+    Mutation("model_parallel/faq_dtensor_copy.py",
+             "each rank copies the first rows of the full tensor, not its own shard",
+             tr(2, "model_parallel/faq_dtensor_copy.py", "--fix"),
+             "model[0].weight.copy_(distribute_tensor(new, w.device_mesh, w.placements))",
+             "model[0].weight.to_local().copy_(new[:w.to_local().shape[0]])",
+             r">= 1e-6: not the model one process has", blind=FAQ_BLIND),
+    Mutation("model_parallel/faq_load_full.py",
+             "to_empty() again after loading: the loaded shards replaced by fresh memory",
+             tr(2, "model_parallel/faq_load_full.py", "--fix"),
+             "full_state_dict=True, broadcast_from_rank0=True))",
+             "full_state_dict=True, broadcast_from_rank0=True)); "
+             "model.to_empty(device=device)",
+             r"assert diff == 0, diff\n(?:.*\n)*AssertionError: (?:nan|\d)"),
+    Mutation("model_parallel/faq_lora.py", "every rank trains on the first part of the batch",
+             tr(2, "model_parallel/faq_lora.py", "--fix"),
+             "mine = slice(rank * 16 // world, (rank + 1) * 16 // world)",
+             "mine = slice(0, 16 // world)",
+             r">= 1e-5: not what one process trains", blind=FAQ_BLIND),
+    Mutation("model_parallel/faq_pipeline_eval.py",
+             "the evaluation run with step() (forward and backward) under --fix too",
+             tr(2, "model_parallel/faq_pipeline_eval.py", "--fix"),
+             "val = run(schedule.eval, xv, yv)", "val = run(schedule.step, xv, yv)",
+             r">= 1e-6: the evaluation's gradients were applied too", blind=FAQ_BLIND),
+    Mutation("model_parallel/faq_tied.py", "every rank trains on the first part of the batch",
+             tr(2, "model_parallel/faq_tied.py", "--fix"),
+             "mine = slice(rank * 8 // world, (rank + 1) * 8 // world)",
+             "mine = slice(0, 8 // world)",
+             r"assert diff < 1e-5, diff\n(?:.*\n)*AssertionError: tensor\("),
+    Mutation("model_parallel/faq_tokens.py",
+             "the valid tokens not all-reduced: each rank divides by its own count",
+             tr(2, "model_parallel/faq_tokens.py", "--fix"),
+             "dist.all_reduce(valid)  #", "valid.mul_(1)  #",
+             r">= 1e-6: not the gradient of the mean over all tokens", blind=FAQ_BLIND),
     # --- pipelines
     Mutation("model_parallel/pipeline.py",
              "the schedule never scales the gradients by the micro-batches",
