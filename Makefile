@@ -54,7 +54,8 @@ test-hosts: install
 	  docs/en/ddp/multinode.md docs/zh/ddp/multinode.md tests/test_hosts.py $(PYTEST_ARGS)
 
 # Every check bites: each program's parallel mechanism broken in a copy of it, and its own
-# check must then fail (tests/test_mutations.py); 1.5 to 4 min on 2 cores, so a pass of its own
+# check must then fail (tests/test_mutations.py); about 50 s on 2 idle cores, which would put
+# make test over its budget, so a pass of its own
 # (CONTRIBUTING.md, "Every check bites")
 test-mutations: install
 	DOCS_MUTATIONS=1 $(PYTHON) -m pytest -p no:cacheprovider tests/test_mutations.py $(PYTEST_ARGS)
