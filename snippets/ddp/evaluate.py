@@ -94,6 +94,24 @@ if rank == 0:
         f"Join: batches per rank {steps}, replicas identical: "
         f"{all(torch.equal(c, weights) for c in copies)}"
     )
+    # one process on the same batches (every rank drew the same ones): in the last step only
+    # rank 0 had a batch, and the joined rank's all-reduce added zeros, so its gradient is
+    # rank 0's divided by the world size
+    torch.manual_seed(0)
+    ref = nn.Linear(4, 1).to(device)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(max(steps)):
+        ref_opt.zero_grad(set_to_none=True)
+        ref(torch.randn(4, 4, device=device)).sum().backward()
+        for p in ref.parameters():
+            p.grad /= world_size / sum(step < n for n in steps)
+        ref_opt.step()
+    diff = (torch.cat([p.detach().flatten() for p in ref.parameters()]) - weights).abs().max()
+    ok = diff.item() < 1e-6
+    print(f"Join against one process, max abs diff {diff.item():.1e} "
+          + ("(< 1e-6: equal up to float32 round-off)" if ok else "(>= 1e-6: NOT equal)"))
+    if not ok:
+        sys.exit("Join's result differs from one process on the same batches")
 # --8<-- [end:join]
 
 del ddp, opt
