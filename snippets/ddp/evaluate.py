@@ -94,9 +94,9 @@ if rank == 0:
         f"Join: batches per rank {steps}, replicas identical: "
         f"{all(torch.equal(c, weights) for c in copies)}"
     )
-    # one process on the same batches (every rank drew the same ones): in the last step only
-    # rank 0 had a batch, and the joined rank's all-reduce added zeros, so its gradient is
-    # rank 0's divided by the world size
+    # one process on the same batches (each rank drew the same ones): in the last
+    # step only rank 0 had a batch and the joined rank added zeros to the
+    # all-reduce, so that step's gradient is rank 0's divided by the world size
     torch.manual_seed(0)
     ref = nn.Linear(4, 1).to(device)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
@@ -106,10 +106,11 @@ if rank == 0:
         for p in ref.parameters():
             p.grad /= world_size / sum(step < n for n in steps)
         ref_opt.step()
-    diff = (torch.cat([p.detach().flatten() for p in ref.parameters()]) - weights).abs().max()
-    ok = diff.item() < 1e-6
-    print(f"Join against one process, max abs diff {diff.item():.1e} "
-          + ("(< 1e-6: equal up to float32 round-off)" if ok else "(>= 1e-6: NOT equal)"))
+    got = torch.cat([p.detach().flatten() for p in ref.parameters()])
+    diff = (got - weights).abs().max().item()
+    ok = diff < 1e-6
+    verdict = "< 1e-6: equal up to float32 round-off" if ok else ">= 1e-6: NOT equal"
+    print(f"Join vs one process, max abs diff {diff:.1e} ({verdict})")
     if not ok:
         sys.exit("Join's result differs from one process on the same batches")
 # --8<-- [end:join]
