@@ -110,7 +110,7 @@ if rank == 0:
     diff = (got - weights).abs().max().item()
     ok = diff < 1e-6
     verdict = "< 1e-6: equal up to float32 round-off" if ok else ">= 1e-6: NOT equal"
-    print(f"Join vs one process, max abs diff {diff:.1e} ({verdict})")
+    print(f"Join vs one process, max diff {diff:.1e} ({verdict})")
     if not ok:
         sys.exit("Join's result differs from one process on the same batches")
 # --8<-- [end:join]

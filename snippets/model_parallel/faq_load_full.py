@@ -100,8 +100,8 @@ if args.fix:
     if rank == 0:
         print(f"parameters held after loading: {counts} of "
               f"{sum(q.numel() for q in ref.parameters())}")
-        print(f"max abs diff from the pretrained model: {diff:.1e} "
-              "(== 0: bit-identical)")
+        same = "== 0: bit-identical" if diff == 0 else "!= 0: NOT what was saved"
+        print(f"max abs diff from the pretrained model: {diff:.1e} ({same})")
     assert diff == 0, diff
 dist.barrier()
 if rank == 0:
