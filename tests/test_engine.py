@@ -464,12 +464,21 @@ def test_a_shell_blocks_torchrun_agent_is_warm_and_dies_with_its_pid(warm_server
     pids = [int((tmp_path / f).read_text()) for f in ("agent", "worker0", "worker1")]
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        alive = [p for p in pids if os.path.exists(f"/proc/{p}")
-                 and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+        alive = [p for p in pids if _running(p)]
         if not alive:
             break
         time.sleep(0.2)
     assert not alive, f"left running after kill -{sig} $pid: {alive}"
+
+
+def _running(pid: int) -> bool:
+    """A process that exists and is not a zombie; one that ends while it is read (the reading
+    raises ProcessLookupError, seen once on a loaded machine) is not running."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def test_docs_warm_0_runs_the_real_torchrun(warm_server, monkeypatch):
