@@ -95,3 +95,5 @@ if rank == 0:
     print(f"same tokens on every rank as one process: {bool(same)}")
 dist.barrier()
 dist.destroy_process_group()
+if args.fix and not same:  # the fix must give one process's tokens
+    sys.exit("with --fix: not the tokens one process generates")

@@ -62,4 +62,6 @@ if rank == 0:
     once = sorted(total) == list(range(24)) and set(total.values()) == {1}
     print(f"one epoch: {sum(total.values())} records read, {len(total)} distinct "
           f"(one process: 24); each once: {once}")
+    if args.fix and not once:  # the fix must read every record exactly once
+        sys.exit("with --fix: the ranks and workers did not share the stream")
 dist.destroy_process_group()
