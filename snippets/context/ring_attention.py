@@ -151,6 +151,5 @@ if rank == 0:
 failed = [what for what, predicted, counted, _ in costs if predicted != counted]
 dist.destroy_process_group()
 if failed or not ok:
-    sys.exit(f"predicted != counted or ring != full attention: {', '.join(failed)}"
-             if rank == 0 else 1)
+    sys.exit(f"predicted != counted or ring != full attention: {', '.join(failed)}")
 # --8<-- [end:report]

@@ -136,6 +136,5 @@ if rank == 0:  # the verdict says what the figure shows
 failed = [what for what, predicted, counted, _ in costs if predicted != counted]
 dist.destroy_process_group()
 if failed or not diff < 1e-12:
-    sys.exit(f"predicted != counted or Ulysses != full attention: {', '.join(failed)}"
-             if rank == 0 else 1)
+    sys.exit(f"predicted != counted or Ulysses != full attention: {', '.join(failed)}")
 # --8<-- [end:report]

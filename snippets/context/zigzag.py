@@ -127,6 +127,5 @@ for name, chunks_of in SPLITS.items():
               f"attention| {diffs[name].item():.1e} ({verdict})")
 dist.destroy_process_group()
 if failed or not all(d < 1e-12 for d in diffs.values()):
-    sys.exit(f"predicted != counted or ring != full attention: {', '.join(failed)}"
-             if rank == 0 else 1)
+    sys.exit(f"predicted != counted or ring != full attention: {', '.join(failed)}")
 # --8<-- [end:report]

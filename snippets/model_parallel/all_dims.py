@@ -152,6 +152,5 @@ if rank == 0:  # the verdict says what the figure shows
     failed += report(want, counted)
 dist.destroy_process_group()
 if failed:
-    sys.exit(f"predicted != counted or not equal to one process: {', '.join(failed)}"
-             if rank == 0 else 1)
+    sys.exit(f"predicted != counted or not equal to one process: {', '.join(failed)}")
 # --8<-- [end:check]

@@ -117,7 +117,7 @@ seen = [None] * world  # every rank must see that folder: shared storage
 dist.all_gather_object(seen, box[0] is None or box[0] in done)
 if not all(seen):
     sys.exit(f"ranks {[r for r, s in enumerate(seen) if not s]} do not see "
-             f"{box[0]}: --ckpt-dir must be shared" if rank == 0 else 1)
+             f"{box[0]}: --ckpt-dir must be shared")
 step = 0
 if box[0]:  # a restart, or a new launch of a requeued job: resume
     m, o = get_state_dict(model, opt)
