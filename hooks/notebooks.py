@@ -10,15 +10,27 @@ without the 585 KB of JupyterLab CSS inlined in each page, the few rules they ne
 (``JUPYTER_PATH``) before mkdocs-jupyter's own folder, so the folder is put first there.
 With mkdocs-static-i18n, which rebuilds every file object after mkdocs-jupyter has marked the
 notebooks as pages (and so takes them for assets), ``on_files`` marks them as pages again and
-gives them their translations, as i18n does for pages (the language selector, the sitemap)."""
+gives them their translations, as i18n does for pages (the language selector, the sitemap).
 
+Each notebook's page comes from ``.cache/notebooks`` (``pagerun.nbcache``): what it lacks is
+rendered, with mkdocs-jupyter's own functions and options, by a process of its own started as
+soon as the notebooks are written, on the second core while this one renders the pages."""
+
+import json
 import os
+import subprocess
+import sys
+import tempfile
+import time
+import types
 from pathlib import Path
 
+from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.toc import get_toc
 
-from pagerun import notebooks, pages
+from pagerun import nbcache, notebooks, pages
 
 TEMPLATES = Path(__file__).resolve().parent / "jupyter"
 
@@ -30,11 +42,66 @@ def on_config(config):
     return config
 
 
+_rendering: tuple[subprocess.Popen, object] | None = None  # the process, its output file
+
+
+def _options(config) -> dict | None:
+    plugin = config.plugins.get("mkdocs-jupyter")
+    return nbcache.options(plugin.config) if plugin is not None else None
+
+
 def on_pre_build(config):
+    global _rendering
     i18n = config.plugins.get("i18n")
     if getattr(i18n, "building", False):
         return  # the build of a further language: the first one wrote every language's notebooks
-    notebooks.write_all()
+    written = notebooks.write_all()
+    opts = _options(config)
+    if opts is None:
+        return
+    nbcache.prune(written)
+    missing = [str(p) for p in written if nbcache.lookup(p, opts) is None]
+    if missing and (_rendering is None or _rendering[0].poll() is not None):
+        out = tempfile.TemporaryFile()
+        _rendering = (subprocess.Popen(
+            [sys.executable, "-m", "pagerun.nbcache", json.dumps(opts), *missing],
+            cwd=pages.ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL),
+            out)
+
+
+def _rendered(path: Path, opts: dict) -> dict:
+    """The notebook's rendering from the cache, once the process that renders it has written
+    it; rendered here if that process ended without it."""
+    while True:
+        got = nbcache.lookup(path, opts)
+        if got is not None:
+            return got
+        if _rendering is None or _rendering[0].poll() is not None:
+            break
+        time.sleep(0.02)
+    if _rendering is not None and _rendering[0].returncode:
+        _rendering[1].seek(0)
+        raise PluginError("python -m pagerun.nbcache failed:\n"
+                          + _rendering[1].read().decode(errors="replace")[-4000:])
+    return nbcache.cached(path, opts)
+
+
+@event_priority(-100)  # after mkdocs-jupyter's, which gives each notebook's page its render()
+def on_pre_page(page, config, files):
+    opts = _options(config)
+    if opts is None or not page.file.src_uri.endswith(".ipynb"):
+        return page
+    path = Path(page.file.abs_src_path)
+
+    def render(self, config, files):  # what mkdocs-jupyter's new_render sets, from the cache
+        got = _rendered(path, opts)
+        self.content = got["content"]
+        self.toc = get_toc(got["toc_tokens"])
+        if got["title"] is not None and not opts["ignore_h1_titles"]:
+            self.title = got["title"]
+
+    page.render = types.MethodType(render, page)
+    return page
 
 
 def with_link(markdown: str, sentence: str) -> str:

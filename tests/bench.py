@@ -71,7 +71,8 @@ def baseline(base: Path) -> Path | None:
 def base_env() -> dict:
     """The environment for 41e7906's commands: this run's, less what points at this checkout."""
     return {k: v for k, v in os.environ.items()
-            if k not in ("DOCS_TIMINGS", "VIRTUAL_ENV", "PYTHONPATH", "DOCS_PICTURE_CACHE")} \
+            if k not in ("DOCS_TIMINGS", "VIRTUAL_ENV", "PYTHONPATH", "DOCS_PICTURE_CACHE",
+                         "DOCS_NOTEBOOK_CACHE")} \
         | {"NO_MKDOCS_2_WARNING": "1"}
 
 
@@ -85,6 +86,26 @@ def compare(name: str, ours: list[float], theirs: list[float], order: str) -> in
           f"(each pair {pairs})   target <= {target:.2f}   "
           f"{'met' if ratio <= target else 'MISSED'}   ({load()} after)", flush=True)
     return 0 if ratio <= target else 1
+
+
+def same_site(tmp: Path, env: dict) -> int:
+    """The first cold build against one that leaves the notebooks to mkdocs-jupyter alone
+    (DOCS_NOTEBOOK_CACHE=off): every file byte for byte the same (pagerun/nbcache.py)."""
+    _, proc = timed([sys.executable, "-m", "mkdocs", "build", "--strict", "-d",
+                     f"{tmp}/site-alone"], dict(env, DOCS_NOTEBOOK_CACHE="off"))
+    if proc.returncode:
+        sys.exit(proc.stdout + proc.stderr)
+    differ = [p.relative_to(tmp / "site-alone").as_posix()
+              for p in sorted((tmp / "site-alone").rglob("*")) if p.is_file()
+              and (not (tmp / "site0" / p.relative_to(tmp / "site-alone")).is_file()
+                   or p.read_bytes() != (tmp / "site0" / p.relative_to(tmp / "site-alone"))
+                   .read_bytes())]
+    extra = {p.relative_to(tmp / "site0") for p in (tmp / "site0").rglob("*")} - {
+        p.relative_to(tmp / "site-alone") for p in (tmp / "site-alone").rglob("*")}
+    differ += sorted(p.as_posix() for p in extra)
+    print(f"notebooks from .cache/notebooks against mkdocs-jupyter alone: "
+          f"{len(differ)} files differ" + (": " + ", ".join(differ[:10]) if differ else ""))
+    return 1 if differ else 0
 
 
 def site_budgets(site: Path, runs: int, pages: list[str] | None) -> int:
@@ -133,10 +154,12 @@ def main() -> int:
         before = load()
         ours, theirs = [], []
         for i in range(3 if base_python else 1):
-            # cold builds, as CI's: no pictures drawn by an earlier build (pagerun/pictures.py)
+            # cold builds, as CI's: no pictures drawn and no notebook rendered by an earlier
+            # build (pagerun/pictures.py, pagerun/nbcache.py)
             build_s, proc = timed([sys.executable, "-m", "mkdocs", "build", "--strict", "-d",
                                    f"{tmp}/site{i}"],
-                                  dict(env, DOCS_PICTURE_CACHE=f"{tmp}/pictures{i}"))
+                                  dict(env, DOCS_PICTURE_CACHE=f"{tmp}/pictures{i}",
+                                       DOCS_NOTEBOOK_CACHE=f"{tmp}/notebooks{i}"))
             if proc.returncode:
                 sys.exit(proc.stdout + proc.stderr)
             ours.append(build_s)
@@ -146,6 +169,7 @@ def main() -> int:
                 if proc.returncode:
                     sys.exit(f"{BASELINE}'s build failed:\n" + proc.stdout + proc.stderr)
                 theirs.append(base_s)
+        status |= same_site(Path(tmp), env)
         if base_python:
             status |= compare("strict build", ours, theirs, "alternated, this one first")
         else:
