@@ -28,7 +28,7 @@ class Attention(nn.Module):  # grouped-query: kv_heads < heads share K and V
     def forward(self, x, cos, sin):
         b, s, _ = x.shape
         q, k, v = (m(x).view(b, s, -1, self.d) for m in (self.q, self.k, self.v))
-        q, k = rope(q, cos, sin), rope(k, cos, sin)  # before the transpose, as torchtitan
+        q, k = rope(q, cos, sin), rope(k, cos, sin)  # before the transpose (torchtitan)
         a = F.scaled_dot_product_attention(  # each K/V head serves heads/kv_heads
             *(t.transpose(1, 2) for t in (q, k, v)),  # (b, heads, s, d)
             is_causal=True, enable_gqa=self.kv_heads != self.heads)
