@@ -497,14 +497,46 @@ LLAMA_8B = preset_inputs("llama-3-8b")
 def test_a_swiglu_layer_with_grouped_heads(clean):
     """The page's formula for a Llama layer (#activations), term by term, in u = s b h 16-bit
     values: norms' inputs 4, inputs of q/k/v and of the MLP 4, Q 2, K and V 4 x 8 / 32, the
-    attention's output 2, and the SwiGLU MLP's four F-wide tensors 8 x 14336 / 4096: 41. A
-    formula, not a count: snippets/shapes/ will count a layer's saved tensors to check it."""
+    attention's output 2, and the SwiGLU MLP's four F-wide tensors 8 x 14336 / 4096: 41; the
+    counted run's recording agrees (test_layer_units_as_the_shapes_program_counts_them)."""
     s, b = 4096, 2
     r = calculate(clean, **LLAMA_8B, seq=s, batch=b, gpus=8, zero=3)
     check("activations", r["activations"], 32 * 41 * s * b * 4096)
     gpt = calculate(clean, **LLAMA_8B | {"ffn": "0"}, seq=s, batch=b, gpus=8, zero=3)
     check("the GPT layer, ffn 0", gpt["activations"], 32 * (34 - 4 + 1) * s * b * 4096)
     assert gpt["params"] < r["params"], "a GeLU MLP of 4h is smaller than SwiGLU's 3 x 3.5h"
+
+
+def shapes_rows() -> list[tuple[str, dict, tuple[float, float]]]:
+    """The published shapes snippets/shapes/activations.py prints, with their fused-norm bytes
+    per s·b·h per layer (a formula it checks by counting a small layer's saved tensors) and
+    half a unit of the last printed digit; and GPT-3 175B's (h 12,288, 96 heads, byte masks)."""
+    text, rows = body("shapes/activations"), []
+    for m in re.finditer(r"^(\S+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+(\d+)\s+[\d.]+\s+"
+                         r"(\d+\.(\d+))$", text, re.M):
+        h, h_kv, f, heads = (int(m.group(i).replace(",", "")) for i in range(2, 6))
+        shape = dict(hidden=h, heads=heads, kv_heads=heads * h_kv // h, ffn=f)
+        rows.append((m.group(1), shape, (float(m.group(6)), 0.5 * 10 ** -len(m.group(7)))))
+    m = re.search(r"^GPT-3 175B: (\d+\.(\d+)) with byte masks", text, re.M)
+    assert m, "shapes/activations: no GPT-3 175B line"
+    rows.append(("GPT-3 175B", dict(hidden=12288, heads=96, kv_heads="", ffn=0),
+                 (float(m.group(1)), 0.5 * 10 ** -len(m.group(2)))))
+    return rows
+
+
+def test_layer_units_as_the_shapes_program_counts_them(clean):
+    """Each shape the activations program prints: the calculator's bytes per s·b·h of one
+    layer (bf16, no TP) within the program's printed rounding of its fused-norm column. The
+    calculator leaves out the log-sum-exp and the norms' 1/rms (4 heads / h + 8 / h, 0.03)."""
+    rows = shapes_rows()
+    assert len(rows) >= 5, f"shapes/activations: only {[r[0] for r in rows]}"
+    seq, batch = 64, 2
+    for name, shape, figure in rows:
+        r = calculate(clean, layers=1, vocab=0, seq=seq, batch=batch, **shape)
+        units = r["activations"] / (seq * batch * shape["hidden"])
+        check(f"{name}, bytes per s·b·h", units, *figure)
+    with pytest.raises(AssertionError):  # one unit of the last printed digit off is caught
+        check(f"{name}, one digit off", units, figure[0] + 2 * figure[1], figure[1])
 
 
 def test_tensor_parallel_without_sequence_parallelism(clean):

@@ -54,8 +54,8 @@ def llama_bytes(h, heads, h_kv, f, fused=False):  # kept per token, by part
     return {"norms": 2 * ((2 * h if fused else 8 * h) + 4),  # see the text
             "attn": 2 * h  # the input of q, k and v (one tensor for the three)
             + 2 * h + 2 * 2 * h_kv  # q, k (after RoPE) and v: h_kv wide, not h
-            + 2 * h + 4 * heads  # the kernel's output, a float32 log-sum-exp a head
-            + 2 * h,  # o's input: the output with heads and positions swapped, a copy
+            + 2 * h + 4 * heads,  # the kernel's output, o's input as it is; a float32
+            # log-sum-exp a head (a RoPE after the transpose would add o's input, 2 h)
             "mlp": 2 * h + 4 * 2 * f}  # input; silu's in and out, w3's out, w2's in
 
 
@@ -104,9 +104,14 @@ for name, layer, per_token in layers:
     total = sum(counted.values())  # every part, also any the formula has not
     report(f"{name}, layer", T * sum(per_token.values()), total, "B")
     print(f"  = {total / (S * B * H):.2f} bytes per s·b·h")
-q = torch.randn(1, 2, 4, 8, dtype=dtype, requires_grad=True)  # which kernel ran:
-fn = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).grad_fn
+q = torch.randn(1, 4, 2, 8, dtype=dtype, requires_grad=True)  # (b, s, heads, d)
+fn = F.scaled_dot_product_attention(*[q.transpose(1, 2)] * 3, is_causal=True).grad_fn
 print(f"the attention kernel torch picked: {type(fn).__name__}")
+for order, t in (("b, s, heads, d", q.transpose(1, 2)),  # RoPE before the transpose
+                 ("b, heads, s, d", q.transpose(1, 2).contiguous())):  # after, with cat
+    a = F.scaled_dot_product_attention(t, t, t, is_causal=True)
+    view = a.transpose(1, 2).reshape(1, 4, -1).data_ptr() == a.data_ptr()
+    print(f"q stored as ({order}): o's input {'a view' if view else 'a copy'}")
 # --8<-- [end:run]
 
 

@@ -11,7 +11,8 @@ from torch import nn
 
 # --8<-- [start:layer]
 def rope(x, cos, sin):  # rotate each pair (x1, x2) of a head by its position's angle
-    x1, x2 = x.chunk(2, dim=-1)
+    x1, x2 = x.chunk(2, dim=-1)  # x: (b, s, heads, d); cos, sin: (s, d / 2)
+    cos, sin = cos[:, None], sin[:, None]  # one angle per position, for every head
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
@@ -26,12 +27,12 @@ class Attention(nn.Module):  # grouped-query: kv_heads < heads share K and V
 
     def forward(self, x, cos, sin):
         b, s, _ = x.shape
-        q, k, v = (m(x).view(b, s, -1, self.d).transpose(1, 2)
-                   for m in (self.q, self.k, self.v))  # (b, heads, s, d)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        q, k, v = (m(x).view(b, s, -1, self.d) for m in (self.q, self.k, self.v))
+        q, k = rope(q, cos, sin), rope(k, cos, sin)  # before the transpose (torchtitan)
         a = F.scaled_dot_product_attention(  # each K/V head serves heads/kv_heads
-            q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
-        return self.o(a.transpose(1, 2).reshape(b, s, -1))
+            *(t.transpose(1, 2) for t in (q, k, v)),  # (b, heads, s, d)
+            is_causal=True, enable_gqa=self.kv_heads != self.heads)
+        return self.o(a.transpose(1, 2).reshape(b, s, -1))  # a view: no copy
 
 
 class SwiGLU(nn.Module):  # w2(silu(w1 x) * w3 x): three matrices of h x F
