@@ -314,6 +314,43 @@ MUTATIONS = [
              tr(2, "production/faq_iterable.py", "--fix"),
              "n, s = world * workers, rank * workers + worker", "n, s = workers, worker",
              r"each once: False\n(?:.*\n)*.*the ranks and workers did not share the stream"),
+    Mutation("production/faq_compile_keys.py",
+             "the wrapper's _orig_mod. keys saved, and the load told to accept a partial "
+             "checkpoint, which silences the missing keys",
+             "rm -rf /tmp/faq-keys-fix\n"
+             "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \\\n"
+             "    snippets/production/faq_compile_keys.py /tmp/faq-keys-fix --fix",
+             "dcp.save(get_model_state_dict(compiled), checkpoint_id=args.ckpt_dir)"
+             "  # no _orig_mod.\n"
+             "state = get_model_state_dict(plain)  # the same keys, from the plain model\n"
+             "dcp.load(state, checkpoint_id=args.ckpt_dir)\n",
+             "dcp.save(compiled.state_dict(), checkpoint_id=args.ckpt_dir)\n"
+             "state = get_model_state_dict(plain)\n"
+             "dcp.load(state, checkpoint_id=args.ckpt_dir,\n"
+             "         planner=dcp.DefaultLoadPlanner(allow_partial_load=True))\n",
+             r"torch\.equal on all 4: False(?:.*\n)*.*the plain model did not get the "
+             r"weights saved"),
+    Mutation("production/faq_optim_state.py",
+             "the new optimizer's own (empty) state_dict() loaded, not get_state_dict's",
+             "rm -rf /tmp/faq-optim-fix\n"
+             "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \\\n"
+             "    snippets/production/faq_optim_state.py /tmp/faq-optim-fix --fix",
+             "model_sd, optim_sd = get_state_dict(model2, opt2)  # creates Adam's state first",
+             "model_sd, optim_sd = model2.state_dict(), opt2.state_dict()",
+             r"!= 0: NOT the same run\)(?:.*\n)*.*the resumed run is not the uninterrupted"),
+    Mutation("production/faq_resume_order.py",
+             "set_epoch not called on the new sampler: it skips in epoch 0's order",
+             tr(2, "production/faq_resume_order.py", "--fix"),
+             "    sampler.set_epoch(epoch)  # the shuffle of the epoch that was stopped\n",
+             "",
+             r"same as uninterrupted: False(?:.*\n)*.*the resumed epoch is not the "
+             r"uninterrupted one"),
+    Mutation("production/faq_worker_seeds.py",
+             "the loader's generator seeded alike on every rank",
+             tr(2, "production/faq_worker_seeds.py", "--fix"),
+             "torch.Generator().manual_seed(1234 + rank)",
+             "torch.Generator().manual_seed(1234)",
+             r"8 of 8 positions(?:.*\n)*.*the ranks still draw the same augmentations"),
     Mutation("model_parallel/faq_tokens.py",
              "the valid tokens not all-reduced: each rank divides by its own count",
              tr(2, "model_parallel/faq_tokens.py", "--fix"),
