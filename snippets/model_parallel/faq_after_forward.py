@@ -66,14 +66,14 @@ fully_shard(model, mesh=mesh)     # the root: it holds model[1]
 # --8<-- [end:shard]
 x = torch.randn(4, 16, device=device)  # same seed: the same input everywhere
 loss = model(x).sum()
-kinds(model, "training, after forward")
+kinds(model, "after forward (train)")
 loss.backward()
-kinds(model, "after backward         ")
+kinds(model, "after backward       ")
 # --8<-- [start:bug]
 with torch.no_grad():
     model(x)  # evaluation: a forward, no backward
 # --8<-- [end:bug]
-kinds(model, "after a no_grad forward")
+kinds(model, "after no_grad forward")
 if not args.fix:
     try:
         norms = [p.full_tensor().norm() for p in model.parameters()]
@@ -88,7 +88,7 @@ if not args.fix:
 model.reshard()  # the root's own weights back to shards (not recursive)
 norms = [p.full_tensor().norm() for p in model.parameters()]  # whole on every rank
 # --8<-- [end:fix]
-kinds(model, "after model.reshard()  ")
+kinds(model, "after model.reshard()")
 ref = [p.norm() for p in make_model().parameters()]  # one process, the whole model
 diff = torch.tensor(max((a - b).abs().item() for a, b in zip(norms, ref)))
 dist.all_reduce(diff, op=dist.ReduceOp.MAX)
