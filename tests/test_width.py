@@ -68,9 +68,6 @@ _TORCH_LOG = re.compile(r"^(?:\[?[WIEF]\d{4} \d\d:\d\d:\d\d\.\d+ |\[c10d\] )")  
 # with it. Until then the pages wrap them on a wide screen (overrides/main.html). Shrink it as they
 # are fixed; a listed recording that fits fails.
 WIDE_ALLOWED: dict[str, str] = {
-    "cpu/collectives/problem-2.txt": "collectives/problems.py",
-    "cpu/collectives/problem-4.txt": "collectives/problems.py",
-    "cpu/collectives/ring.txt": "collectives/ring.py",
     "cpu/context/ring_attention-2.txt": "context/ring_attention.py",
     "cpu/context/ring_attention-4.txt": "context/ring_attention.py",
     "cpu/context/torch_cp.txt": "context/torch_cp.py",
@@ -89,8 +86,6 @@ WIDE_ALLOWED: dict[str, str] = {
     "cpu/ddp/resume.txt": "ddp/resume.py",
     "cpu/ddp/slurm.txt": "ddp/elastic.py",
     "cpu/ddp/train.txt": "ddp/train.py",
-    "cpu/dp/dp_vs_ddp.txt": "dp/dp_vs_ddp.py",
-    "cpu/dp/from_scratch.txt": "dp/from_scratch.py",
     "cpu/expert/capacity.txt": "expert/capacity.py",
     "cpu/expert/moe.txt": "expert/moe.py",
     "cpu/model_parallel/all_dims-cp-tp.txt": "model_parallel/all_dims.py",
