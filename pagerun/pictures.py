@@ -52,10 +52,10 @@ WORDS = {
         "later": "A GPU run of this program draws its picture here.",
         "kept": "kept for backward, bytes per rank", "total": "{:,} B",
         "one process": "one process",
-        "the norm's input, mean and 1/std": "the norm's input, mean and 1/std",
-        "the input of q, k, v": "the input of q, k, v",
-        "q, k, v by head and the softmax": "q, k, v by head and the softmax",
-        "the input of o": "the input of o",
+        "norm's input, mean, 1/std": "the norm's input, mean and 1/std",
+        "input of q, k, v": "the input of q, k, v",
+        "q, k, v by head, softmax": "q, k, v by head and the softmax",
+        "input of o": "the input of o",
         "rest": "held at\nrest:\n{:,} B", "ag fwd": "forward:\n{} all-gathers,\n{:,} B in",
         "held": "held after\nforward:\n{:,} B", "ag bwd": "backward:\n{} all-gathers,\n{:,} B in",
         "rs": "reduce-scatter:\n{} calls,\n{:,} B out", "grad": "gradient\nshard:\n{:,} B",
@@ -83,10 +83,10 @@ WORDS = {
         "later": "在 GPU 上运行这个程序后，这里会画出它的图。",
         "kept": "为反向保留，每个 rank 的字节数", "total": "{:,} B",
         "one process": "单进程",
-        "the norm's input, mean and 1/std": "LayerNorm 的输入、均值和 1/std",
-        "the input of q, k, v": "q、k、v 的输入",
-        "q, k, v by head and the softmax": "按头划分的 q、k、v 与 softmax",
-        "the input of o": "o 的输入",
+        "norm's input, mean, 1/std": "LayerNorm 的输入、均值和 1/std",
+        "input of q, k, v": "q、k、v 的输入",
+        "q, k, v by head, softmax": "按头划分的 q、k、v 与 softmax",
+        "input of o": "o 的输入",
         "rest": "平时持有：\n{:,} B", "ag fwd": "前向：{} 次\nall-gather\n收 {:,} B",
         "held": "前向之后\n持有\n{:,} B", "ag bwd": "反向：{} 次\nall-gather\n收 {:,} B",
         "rs": "reduce-\nscatter：{} 次\n发 {:,} B", "grad": "梯度分片：\n{:,} B",
@@ -169,22 +169,21 @@ def before_after(lines: list[str]) -> list[tuple[str, list[tuple[list[int], list
     return [(title, rows) for title, rows in out if rows]
 
 
-_PART = re.compile(r"^(?P<case>.+?), kept for backward, (?P<part>.+?): predicted [\d,]+ B, "
-                   r"counted (?P<c>[\d,]+) B$")
-_TOTAL = re.compile(r"^(?P<case>.+?), .*per rank: predicted [\d,]+ B, counted (?P<c>[\d,]+) B$")
+_PART = re.compile(r"^(?P<case>.+?), (?P<part>.+?): predicted [\d,]+ B, counted (?P<c>[\d,]+) B$")
+_TOTAL = re.compile(r"^(?P<case>.+?), in all: predicted [\d,]+ B, counted (?P<c>[\d,]+) B$")
 
 
 def parts(lines: list[str]) -> list[tuple[str, dict[str, int], int]]:
-    """Per case, in order: the counted bytes of each part (``CASE, kept for backward, PART:
-    predicted N B, counted N B``) and the case's total per rank (``CASE, ... per rank: ...``),
-    as ``tensor_memory.py`` prints them."""
+    """Per case, in order: the counted bytes of each part (``CASE, PART: predicted N B,
+    counted N B``) and the case's total per rank (``CASE, in all: ...``), as
+    ``tensor_memory.py`` prints them."""
     out: dict[str, tuple[dict[str, int], list[int]]] = {}
     for line in lines:
         m, t = _PART.match(line), _TOTAL.match(line)
-        if m:
-            out.setdefault(m["case"], ({}, []))[0][m["part"]] = int(m["c"].replace(",", ""))
-        elif t:
+        if t:  # a total matches _PART too
             out.setdefault(t["case"], ({}, []))[1].append(int(t["c"].replace(",", "")))
+        elif m:
+            out.setdefault(m["case"], ({}, []))[0][m["part"]] = int(m["c"].replace(",", ""))
     return [(case, p, total[0]) for case, (p, total) in out.items()]
 
 

@@ -201,7 +201,7 @@ def test_pipeline_cost(clean):
     r = calculate(clean, params=c["L"] * (c["H"] ** 2 + c["H"]), layers=c["L"], hidden=c["H"],
                   seq=1, batch=m.group(2), micro=m.group(1), pp=p, gpus=p, precision="fp32")
     check("activations sent forward", r["comm"],
-          counted(key, "GPipe, activations sent forward per step"))
+          counted(key, "GPipe, activations sent per step"))
 
 
 # ---- printed: the problems' figures ----------------------------------------------------------
@@ -219,7 +219,7 @@ def test_ddp_and_collectives_problems(clean):
     fsdp = calculate(clean, params=c["params"], gpus=c["n"], zero=3)
     near("DDP", ddp["comm"], printed("collectives/problem-2", "DDP:"))
     near("FSDP2", fsdp["comm"],
-         printed("collectives/problem-2", "FSDP2, reshard_after_forward=True:"))
+         printed("collectives/problem-2", "reshard_after_forward=True:"))
 
 
 def test_fsdp_problems(clean):

@@ -34,10 +34,8 @@ CHANGES = {
                     "rank 3: predicted 16,000 B, counted 16,000 B", ">16,000<"),
     "pipeline-memory": (0, "1F1B, peak, rank 1: predicted 6,144 B, counted 6,144 B",
                         "1F1B, peak, rank 1: predicted 7,168 B, counted 7,168 B", ">7,168<"),
-    "tensor-memory": (0, "TP, kept for backward, the input of o: predicted 2,304 B, "
-                         "counted 2,304 B",
-                      "TP, kept for backward, the input of o: predicted 2,048 B, "
-                      "counted 2,048 B", ">2,048<"),
+    "tensor-memory": (0, "TP, input of o: predicted 2,304 B, counted 2,304 B",
+                      "TP, input of o: predicted 2,048 B, counted 2,048 B", ">2,048<"),
     "zero-bubble-memory": (0, "interleaved zero bubble, rank 1: peak 9,216 B had each I "
                               "freed all its outputs",
                            "interleaved zero bubble, rank 1: peak 8,192 B had each I "

@@ -62,77 +62,13 @@ _TRACEBACK = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s+File "[^"]*", line \d+')  # a frame; its source line follows, indented
 _WARNING = re.compile(r"^\S[^:]*:\d+: \w*Warning: ")  # FILE:LINE: CATEGORY: message
 _TORCH_LOG = re.compile(r"^(?:\[?[WIEF]\d{4} \d\d:\d\d:\d\d\.\d+ |\[c10d\] )")  # glog, c10d
-# Recordings that still have wide lines, each with the program that prints them: programs whose
-# checks were being rewritten when the others were shortened, and whose GPU tabs were recorded
-# right after (2026-11-28); shortening them stales those tabs until the next GPU run, so they go
-# with it. Until then the pages wrap them on a wide screen (overrides/main.html). Shrink it as they
-# are fixed; a listed recording that fits fails.
-WIDE_ALLOWED: dict[str, str] = {
-    "cpu/collectives/problem-2.txt": "collectives/problems.py",
-    "cpu/collectives/problem-4.txt": "collectives/problems.py",
-    "cpu/collectives/ring.txt": "collectives/ring.py",
-    "cpu/context/ring_attention-2.txt": "context/ring_attention.py",
-    "cpu/context/ring_attention-4.txt": "context/ring_attention.py",
-    "cpu/context/torch_cp.txt": "context/torch_cp.py",
-    "cpu/context/ulysses-2.txt": "context/ulysses.py",
-    "cpu/context/ulysses-4.txt": "context/ulysses.py",
-    "cpu/context/zigzag.txt": "context/zigzag.py",
-    "cpu/ddp/elastic-one-machine.txt": "ddp/elastic.py",
-    "cpu/ddp/hosts-ifname.txt": "ddp/elastic.py",
-    "cpu/ddp/hosts-interface.txt": "ddp/elastic.py",
-    "cpu/ddp/hosts-local-addr.txt": "ddp/elastic.py",
-    "cpu/ddp/hosts-lost.txt": "ddp/elastic.py",
-    "cpu/ddp/hosts-port.txt": "ddp/elastic.py",
-    "cpu/ddp/hosts-two.txt": "ddp/elastic.py",
-    "cpu/ddp/no_sync.txt": "ddp/no_sync.py",
-    "cpu/ddp/resume-killed.txt": "ddp/resume.py",
-    "cpu/ddp/resume.txt": "ddp/resume.py",
-    "cpu/ddp/slurm.txt": "ddp/elastic.py",
-    "cpu/ddp/train.txt": "ddp/train.py",
-    "cpu/dp/dp_vs_ddp.txt": "dp/dp_vs_ddp.py",
-    "cpu/dp/from_scratch.txt": "dp/from_scratch.py",
-    "cpu/expert/capacity.txt": "expert/capacity.py",
-    "cpu/expert/moe.txt": "expert/moe.py",
-    "cpu/model_parallel/all_dims-cp-tp.txt": "model_parallel/all_dims.py",
-    "cpu/model_parallel/all_dims-ep.txt": "model_parallel/all_dims.py",
-    "cpu/model_parallel/all_dims-fsdp-tp-pp.txt": "model_parallel/all_dims.py",
-    "cpu/model_parallel/checkpointing.txt": "model_parallel/checkpointing.py",
-    "cpu/model_parallel/fsdp.txt": "model_parallel/fsdp.py",
-    "cpu/model_parallel/fsdp_clip.txt": "model_parallel/fsdp_clip.py",
-    "cpu/model_parallel/fsdp_clip_mixed.txt": "model_parallel/fsdp_clip_mixed.py",
-    "cpu/model_parallel/fsdp_dcp.txt": "model_parallel/fsdp_dcp.py",
-    "cpu/model_parallel/fsdp_practice-compile.txt": "model_parallel/fsdp_practice.py",
-    "cpu/model_parallel/fsdp_practice-hsdp.txt": "model_parallel/fsdp_practice.py",
-    "cpu/model_parallel/fsdp_practice.txt": "model_parallel/fsdp_practice.py",
-    "cpu/model_parallel/local.txt": "model_parallel/local.py",
-    "cpu/model_parallel/naive.txt": "model_parallel/naive.py",
-    "cpu/model_parallel/pipeline.txt": "model_parallel/pipeline.py",
-    "cpu/model_parallel/pipeline_cost.txt": "model_parallel/pipeline_cost.py",
-    "cpu/model_parallel/tensor_cost.txt": "model_parallel/tensor_cost.py",
-    "cpu/model_parallel/tensor_memory.txt": "model_parallel/tensor_memory.py",
-    "cpu/model_parallel/tensor_sp.txt": "model_parallel/tensor_sp.py",
-    "cpu/model_parallel/twod.txt": "model_parallel/twod.py",
-    "cpu/model_parallel/twod_cost.txt": "model_parallel/twod_cost.py",
-    "cpu/model_parallel/zero_bubble.txt": "model_parallel/zero_bubble.py",
-    "cpu/model_parallel/zero_bubble_traps.txt": "model_parallel/zero_bubble_traps.py",
-    "cpu/production/activations.txt": "production/activations.py",
-    "cpu/production/affinity.txt": "production/affinity.py",
-    "cpu/production/amp_clip.txt": "production/amp_clip.py",
-    "cpu/production/comm_hooks.txt": "production/comm_hooks.py",
-    "cpu/production/dcp_async.txt": "production/dcp_async.py",
-    "cpu/production/dcp_reshard.txt": "production/dcp_convert.py",
-    "cpu/production/ddp_buckets.txt": "production/ddp_buckets.py",
-    "cpu/production/fp8_fsdp.txt": "production/fp8_fsdp.py",
-    "cpu/production/fp8_numerics.txt": "production/fp8_numerics.py",
-    "cpu/production/fp8_train.txt": "production/fp8_train.py",
-    "cpu/production/fsdp_reshard.txt": "production/fsdp_reshard.py",
-    "cpu/production/offload.txt": "production/offload.py",
-    "cpu/production/powersgd.txt": "production/powersgd.py",
-    "cpu/production/problem-act-1.txt": "production/activations_problems.py",
-    "cpu/production/problem-act-3.txt": "production/activations_problems.py",
-    "cpu/production/profile_step.txt": "production/profile_step.py",
-    "cpu/production/start_methods.txt": "production/start_methods.py",
-}
+# the exception line of a traceback shown alone (tests/hosts.py --show): CLASS: message, the
+# class's module path included (torch.distributed.DistNetworkError: ...)
+_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): ")
+# Recordings allowed wide lines while their programs are being changed, each with the program
+# that prints them ({"cpu/KEY.txt": "FOLDER/PROGRAM.py"}); empty since every program fits. A
+# listed recording that fits fails: shrink it as they are fixed.
+WIDE_ALLOWED: dict[str, str] = {}
 
 
 def wide_lines(body: str) -> tuple[list[str], int]:
@@ -149,7 +85,7 @@ def wide_lines(body: str) -> tuple[list[str], int]:
             after_frame, own = False, False  # the frame's source line
         elif in_traceback:  # the exception line that ends the traceback
             in_traceback, after_frame, own = False, False, False
-        elif _WARNING.match(line) or _TORCH_LOG.match(line):
+        elif _WARNING.match(line) or _TORCH_LOG.match(line) or _EXCEPTION.match(line):
             own = False
         if len(line.expandtabs()) > OUTPUT_WIDTH:
             if own:
@@ -195,6 +131,8 @@ def test_recorded_output_fits_the_column(capsys):
     ("/site-packages/torch/x.py:12: UserWarning: " + "w" * 60 + "\n", 0, 1),
     ("[W1128 04:00:00.123456 12 torch/csrc/x.cpp:1] " + "l" * 60 + "\n", 0, 1),
     ("\t" * 10 + "x\n", 1, 0),
+    ("torch.distributed.DistNetworkError: " + "n" * 60 + "\n", 0, 1),
+    ("rank 0: RuntimeError: " + "m" * 60 + "\n", 1, 0),  # the program's line, not torch's
 ])
 def test_the_output_check_can_fail(body, wide, exempted):
     lines, n = wide_lines(body)

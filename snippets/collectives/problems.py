@@ -49,9 +49,9 @@ if args.problem == 2:
     ddp = ring_all_reduce(grads, n)
     gather = ring_gather(weights, n)  # one all-gather of every layer's weights
     scatter = ring_gather(grads, n)  # one reduce-scatter of every gradient
-    for name, sent in [("DDP", ddp),
-                       ("FSDP2, reshard_after_forward=True", 2 * gather + scatter),
-                       ("FSDP2, reshard_after_forward=False", gather + scatter)]:
+    for name, sent in [("DDP", ddp),  # then FSDP2's two settings, on lines of their own
+                       ("FSDP2\n  reshard_after_forward=True", 2 * gather + scatter),
+                       ("  reshard_after_forward=False", gather + scatter)]:
         print(f"{name}: {gb(sent)} per GPU, {sent / NVLINK * 1e3:.1f} ms, "
               f"{sent / ddp:.2f} of DDP's bytes")
 # --8<-- [end:p2]
@@ -81,7 +81,7 @@ if args.problem == 4:
         across = (m - 1) / m * PEAK / (n * NIC)  # 2(m-1)/m * 2P/n bytes per NIC
         which = "NVLink" if inside >= across else "InfiniBand"
         print(f"{m:>2} nodes: {max(inside, across):,.0f} tokens per GPU, set by "
-              f"{which} (NVLink {inside:,.0f}, InfiniBand {across:,.0f})")
+              f"{which} (NVLink {inside:,.0f}, network {across:,.0f})")
     book = 990e12 / 400e9  # the Scaling Book's C/W across nodes; it truncates
     print(f"Scaling Book: {int(book):,} across nodes, {int(book / 2):,} for 2 nodes")
 # --8<-- [end:p4]

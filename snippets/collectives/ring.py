@@ -134,17 +134,17 @@ def verdict(d: float, exact: bool) -> str:  # what the figure shows, computed fr
 
 
 if rank == 0:
-    print(f"{world} ranks, buffer {numel:,} float32 = {B:,} B "
-          f"(divisible by n = {world}: chunks of {B // world:,} B)")
+    print(f"{world} ranks, buffer {numel:,} float32 = {B:,} B\n"
+          f"  (divisible by n = {world}: chunks of {B // world:,} B)")
     for what in ("integer-valued data", "random floats"):
         d = diffs[what].item()
         print(f"max |ring - dist.all_reduce|, {what}: "
-              f"{d:.1e} {verdict(d, exact=what != 'random floats')}")
+              f"{d:.1e}\n  {verdict(d, exact=what != 'random floats')}")
     d = diffs["halves"].item()
     print(f"max |ring - torch|, reduce-scatter and all-gather alone: "
-          f"{d:.1e} {verdict(d, exact=True)}")
+          f"{d:.1e}\n  {verdict(d, exact=True)}")
     for name, (p, c, ps, cs) in counts.items():
-        print(f"ring {name}, bytes sent per rank: predicted {p:,} B, counted {c:,} B")
+        print(f"ring {name}, sent per rank: predicted {p:,} B, counted {c:,} B")
         print(f"ring {name}, sends per rank: "
               f"predicted {sends(ps)}, counted {sends(cs)}")
 bad = [f"rank {r}, {name}: predicted {p:,} B in {sends(ps)}, "

@@ -133,21 +133,22 @@ n = world  # forward: n - 1 passes of K, V; backward: n - 1 of K, V, dK, dV, the
 costs = [  # what, predicted, counted, unit (singular)
     ("K/V bytes each rank sends per forward", (n - 1) * 2 * blk, sum(sent[:fwd]), "B"),
     ("sends per forward", n - 1, fwd, "send"),
-    ("bytes each rank sends per backward (K, V, dK, dV)",
+    ("K, V, dK, dV bytes sent per backward",
      (n - 1) * 4 * blk + 2 * blk, sum(sent[fwd:]), "B"),
     ("sends per backward", n, len(sent) - fwd, "send")]
 saved = sum(t.numel() * t.element_size() for t in kept)  # what save_for_backward got
 ok = diff.item() < 1e-12
 if rank == 0:
-    print(f"{S} positions, {c} per rank; max |ring - full attention| over output and "
-          f"gradients: {diff.item():.1e} " + ("(< 1e-12: equal up to float64 round-off)"
-                                              if ok else "(>= 1e-12: NOT equal)"))
+    print(f"{S} positions, {c} per rank\nmax |ring - full attention|, output and "
+          f"gradients: {diff.item():.1e}\n  "
+          + ("(< 1e-12: equal up to float64 round-off)" if ok
+             else "(>= 1e-12: NOT equal)"))
     for what, predicted, counted, unit in costs:
         p, k = (f"{x:,} {unit}" + ("" if x == 1 or unit == "B" else "s")
                 for x in (predicted, counted))
         print(f"{what}: predicted {p}, counted {k}")
-    print(f"saved for backward on each rank: {len(kept)} tensors "
-          f"(q, k, v, out, lse of {c} positions), {saved:,} B")
+    print(f"saved for backward on each rank: {len(kept)} tensors\n"
+          f"  (q, k, v, out, lse of {c} positions), {saved:,} B")
 failed = [what for what, predicted, counted, _ in costs if predicted != counted]
 dist.destroy_process_group()
 if failed or not ok:

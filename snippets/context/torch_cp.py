@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import os
 import sys
+import textwrap
 from datetime import timedelta
 
 import torch
@@ -68,7 +69,7 @@ with sdpa_kernel(SDPBackend.MATH), context_parallel(  # restoring q, k, v at the
         no_restore_buffers=set(bufs)):  # grad here ("cannot resize variables that ...")
     cq, ck, cv, cdout, pos = bufs  # sharded in place: this rank's positions only
     show(f"inside context_parallel(): q {tuple(cq.shape)} on each rank, of "
-         f"{(B, H, S, D)}; rank 0 holds positions {spans(pos[0].tolist())}")
+         f"{(B, H, S, D)};\n  rank 0 holds positions {spans(pos[0].tolist())}")
     for t in (cq, ck, cv):
         t.requires_grad_()
     with CommDebugMode() as fwd:
@@ -78,12 +79,12 @@ with sdpa_kernel(SDPBackend.MATH), context_parallel(  # restoring q, k, v at the
     got = context_parallel_unshard(mesh, [out.detach(), cq.grad, ck.grad, cv.grad],
                                    [2, 2, 2, 2])  # gathered, in the original order
 diff = max((a - b).abs().max() for a, b in zip(got, [ref] + [t.grad for t in full]))
-show(f"output: {type(out).__name__} {tuple(out.shape)}; forward collectives: "
-     f"{collectives(fwd)}; backward: {collectives(bwd)}")
+show(f"output: {type(out).__name__} {tuple(out.shape)}\nforward collectives: "
+     f"{collectives(fwd)}; backward:\n  {collectives(bwd)}")
 verdict = ("< 1e-12: equal up to float64 round-off" if diff < 1e-12
            else ">= 1e-12: NOT equal, more than round-off")  # what the figure shows
 show(f"max |context_parallel - full attention| over output and gradients: "
-     f"{diff.item():.1e} ({verdict})")
+     f"{diff.item():.1e}\n  ({verdict})")
 # --8<-- [end:run]
 
 # --8<-- [start:causal]
@@ -96,7 +97,9 @@ for kernel in ("math", "the CPU's own"):
             F.scaled_dot_product_attention(*bufs, is_causal=True)
             outcome = "ran"
         except Exception as e:  # noqa: BLE001  what torch raises is the point here
-            outcome = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            outcome = f"{type(e).__name__}:\n" + textwrap.fill(  # to 80 columns
+                str(e).splitlines()[0], 80, initial_indent="  ", subsequent_indent="  ",
+                break_long_words=False, break_on_hyphens=False)
     show(f"is_causal=True, {kernel} kernel: {outcome}")
 # --8<-- [end:causal]
 dist.destroy_process_group()

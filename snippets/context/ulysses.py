@@ -117,20 +117,19 @@ dist.all_reduce(diff, op=dist.ReduceOp.MAX)  # the worst rank's
 shard = B * H * c * D * 8  # bytes of one of q, k, v or out on one rank, float64
 part = shard // n  # the part of it each other rank gets: its heads of my positions
 costs = [  # what, predicted, counted, unit
-    ("all-to-all of q, k, v, bytes each rank sends", 3 * (n - 1) * part, moved[0], "B"),
-    ("all-to-all of the output, bytes each rank sends", (n - 1) * part, moved[1], "B"),
+    ("all-to-all of q, k, v, bytes per rank", 3 * (n - 1) * part, moved[0], "B"),
+    ("all-to-all of the output, bytes per rank", (n - 1) * part, moved[1], "B"),
     ("all-to-alls per forward", 2, forward, "calls"),
     ("bytes each rank sends per backward", 4 * (n - 1) * part, sum(moved[forward:]),
      "B")]
 if rank == 0:  # the verdict says what the figure shows
     verdict = ("< 1e-12: equal up to float64 round-off" if diff < 1e-12
                else ">= 1e-12: NOT equal, more than round-off")
-    print(f"{S} positions, {c} per rank; {H} heads, {H // n} per rank; max |Ulysses - "
-          f"full attention| over output and gradients: {diff.item():.1e} "
-          f"({verdict})")
+    print(f"{S} positions, {c} per rank; {H} heads, {H // n} per rank\nmax |Ulysses - "
+          f"full attention|, output and gradients: {diff.item():.1e}\n  ({verdict})")
     for what, predicted, counted, unit in costs:
         print(f"{what}: predicted {predicted:,} {unit}, counted {counted:,} {unit}")
-    print(f"for comparison, ring attention on these shapes: (n-1) K/V blocks = "
+    print(f"for comparison, ring attention on these shapes: (n-1) K/V blocks =\n  "
           f"{(n - 1) * 2 * shard:,} B per rank and forward, against "
           f"{4 * (n - 1) * part:,} B")
 failed = [what for what, predicted, counted, _ in costs if predicted != counted]

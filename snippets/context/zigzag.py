@@ -110,12 +110,14 @@ for name, chunks_of in SPLITS.items():
 # --8<-- [end:check]
 
 # --8<-- [start:report]
+if rank == 0:
+    print("chunk pairs each rank computes (the positions it holds):")
 for name, chunks_of in SPLITS.items():
     for r, counted in enumerate(counts[name]):
         predicted = PREDICTED[name](r)
         if rank == 0:
             held = " and ".join(f"{j * t}-{j * t + t - 1}" for j in chunks_of(r))
-            print(f"{name}, rank {r} (positions {held}), chunk pairs computed: "
+            print(f"{name}, rank {r} ({held}): "
                   f"predicted {predicted:,} pairs, counted {counted:,} pairs")
         if predicted != counted:
             failed.append(f"{name}, rank {r}")
@@ -124,7 +126,7 @@ for name, chunks_of in SPLITS.items():
         verdict = ("< 1e-12: equal up to float64 round-off" if diffs[name] < 1e-12
                    else ">= 1e-12: NOT equal, more than round-off")
         print(f"{name}: slowest rank / mean = {ratio:.2f}; max |ring - full causal "
-              f"attention| {diffs[name].item():.1e} ({verdict})")
+              f"attention|\n  {diffs[name].item():.1e} ({verdict})")
 dist.destroy_process_group()
 if failed or not all(d < 1e-12 for d in diffs.values()):
     sys.exit(f"predicted != counted or ring != full attention: {', '.join(failed)}")

@@ -116,8 +116,8 @@ err = (full - grads()).abs().max().item()
 if rank == 0:  # the verdict says what the figure shows
     verdict = ("< 1e-6: equal up to float32 round-off" if err < 1e-6
                else ">= 1e-6: NOT equal, more than round-off")
-    print(f"max |accumulated DDP gradient - full-batch gradient|: {err:.1e} "
-          f"({verdict})")
+    print(f"max |accumulated DDP gradient - full-batch gradient|: {err:.1e}\n"
+          f"  ({verdict})")
 assert err < 1e-6, "the accumulated gradient differs from the full batch's"
 # --8<-- [end:compare]
 

@@ -113,7 +113,8 @@ if rank == 0:  # each verdict says what its figure shows
           f"({same})")
     close = ("< 1e-5: equal up to float32 round-off" if full_batch_diff < 1e-5
              else ">= 1e-5: NOT equal, more than round-off")
-    print(f"max |DDP - one process on the full batch|: {full_batch_diff:.1e} ({close})")
+    print(f"max |DDP - one process on the full batch|: {full_batch_diff:.1e}\n"
+          f"  ({close})")
 assert replicas_diff == 0.0, "the replicas diverged"
 assert full_batch_diff < 1e-5, "DDP did not match full-batch training"
 # --8<-- [end:check]

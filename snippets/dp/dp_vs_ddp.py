@@ -106,7 +106,7 @@ if dist.get_rank() == 0:
                for p, q in zip(dp_model.parameters(), ddp_model.module.parameters()))
     verdict = ("< 1e-5: equal up to float32 round-off" if diff < 1e-5
                else ">= 1e-5: NOT equal, more than round-off")  # what the figure shows
-    print(f"max abs difference of the final weights: {diff:.1e} ({verdict})")
+    print(f"final weights, max abs diff: {diff:.1e} ({verdict})")
     assert diff < 1e-5, f"DP and DDP disagree: {diff}"
 del ddp_model
 gc.collect()

@@ -94,7 +94,7 @@ for batch, n in [(30, 2), (30, 3), (10, 3)]:
                else ">= 1e-6: NOT equal, more than round-off")  # what the figure shows
     print(
         f"batch {batch} on {n} replicas {sizes}: max abs grad diff vs full batch = "
-        f"{diff:.1e} ({verdict})"
+        f"{diff:.1e}\n  ({verdict})"
     )
     assert diff < 1e-6, f"from-scratch DP disagrees with the full batch: {diff}"
 print("gradients match the full-batch gradients")

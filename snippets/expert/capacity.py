@@ -92,7 +92,7 @@ class Arrivals(TorchDispatchMode):  # what the all-to-all op filled, from each r
 
 
 if rank == 0:
-    print(f"{world} processes, {backend} on {device.type}, {E} experts, top-{K}, "
+    print(f"{world} processes, {backend} on {device.type}, {E} experts, top-{K},\n  "
           f"{T} tokens per rank, capacity factor C = {C}")
 mine = slice(rank * T, rank * T + T)
 biases = {"balanced": [0.0] * E, "skewed": [2.0] + [0.0] * (E - 1)}  # added to logits
@@ -111,12 +111,12 @@ for name, bias in biases.items():
     dropped = total((counts - capacity).clamp(min=0).sum())  # from the counts alone
     per_expert = total(counts.clone())
     if rank == 0:
-        print(f"{name} router: tokens per expert {per_expert.tolist()}, capacity "
+        print(f"{name} router: tokens per expert {per_expert.tolist()},\n  capacity "
               f"{capacity} per expert and rank, {arrived.item()} of "
               f"{world * E * capacity} slots filled")
-    report(f"{name} router, tokens dropped (once per expert lost)", dropped.item(),
+    report(f"{name} router, tokens dropped", dropped.item(),
            world * T * K - arrived.item(), "token")
-    report(f"{name} router, bytes sent per rank in the dispatch (padding included)",
+    report(f"{name} router, dispatch, sent per rank",  # padding included
            (world - 1) * local * math.ceil(C * T * K / E) * H * 4, sent, "B")
     # --8<-- [end:dispatch]
     # --8<-- [start:loss]
@@ -124,7 +124,7 @@ for name, bias in biases.items():
     P = total(probs.sum(0)) / (world * T)  # mean router probability per expert
     loss = E * (f * P).sum()  # Switch Transformer's, without its weight alpha
     if rank == 0:
-        print(f"{name} router: f = {[round(v, 3) for v in f.tolist()]}, "
+        print(f"{name} router: f = {[round(v, 3) for v in f.tolist()]},\n  "
               f"P = {[round(v, 3) for v in P.tolist()]}, E * sum(f * P) = {loss:.3f}")
     # --8<-- [end:loss]
     # --8<-- [start:one]
@@ -138,7 +138,7 @@ for name, bias in biases.items():
     if rank == 0:
         print(f"{name} router vs one process: loss {diff:.1e} "
               + ("(< 1e-6: round-off)" if diff < 1e-6 else "(>= 1e-6: NOT equal)")
-              + f", slots at the experts {same:.1e} "
+              + f",\n  slots at the experts {same:.1e} "
               + ("(== 0: bit-identical)" if same == 0 else "(> 0: NOT identical)"))
     failed += [] if diff < 1e-6 and same == 0 else [f"{name}: not as one process"]
     # --8<-- [end:one]

@@ -140,8 +140,8 @@ for phase, bytes_ in [("dispatch", to_others), ("return", to_me),  # backward: t
     costs[f"bytes sent, {phase}"] = (bytes_, counted)  # other way round
 failed = [what for what, (p, c) in costs.items() if p != c]
 held = (ep.w1.numel() + ep.w2.numel()) * ep.w1.element_size()  # a shape, not a count
-lines = [[f"rank {rank}, expert weights held: experts {list(range(E)[ours])} of {E}, "
-          f"w1 {list(ep.w1.shape)} + w2 {list(ep.w2.shape)}, {held:,} B"] + [
+lines = [[f"rank {rank}, expert weights held: experts {list(range(E)[ours])} of {E},\n"
+          f"  w1 {list(ep.w1.shape)} + w2 {list(ep.w2.shape)}, {held:,} B"] + [
     f"rank {rank}, {what}: predicted {p:,} B, counted {c:,} B"
     for what, (p, c) in costs.items()] for _ in range(world)]
 dist.all_gather_object(lines, lines[0])  # rank 0 prints every rank's, in rank order

@@ -147,8 +147,8 @@ failed = [] if diff < 1e-12 else ["loss and gradients"]
 if rank == 0:  # the verdict says what the figure shows
     verdict = ("< 1e-12: equal up to float64 round-off" if not failed
                else ">= 1e-12: NOT equal, more than round-off")
-    print(f"loss and every gradient, max abs diff from one process: {diff:.1e} "
-          f"({verdict})")
+    print(f"loss and every gradient, max abs diff from one process: {diff:.1e}\n"
+          f"  ({verdict})")
     failed += report(want, counted)
 dist.destroy_process_group()
 if failed:

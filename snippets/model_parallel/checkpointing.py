@@ -72,8 +72,8 @@ x = torch.randn(512, 256, device=device, requires_grad=True)
 for name, model in (("without checkpointing", plain), ("with checkpointing   ", ckpt)):
     out, n, nbytes = saved_activations(model, x)
     out.square().mean().backward()
-    print(f"{name}: {n:2d} activations saved, {nbytes / 2**20:5.2f} MiB; "
-          f"each block's forward ran {model.blocks[0].calls} time(s)")
+    print(f"{name}: {n:2d} activations saved, {nbytes / 2**20:5.2f} MiB;\n"
+          f"  each block's forward ran {model.blocks[0].calls} time(s)")
 # --8<-- [end:count]
 
 # --8<-- [start:check]

@@ -89,8 +89,8 @@ for layer in model:
 fully_shard(model, mesh=mesh)  # the root: what is left, and the hooks driving the rest
 
 w = model[0].weight
-show(f"model[0].weight: {type(w).__name__} {w.placements}, "
-     f"global {tuple(w.shape)}, local on each rank {tuple(w.to_local().shape)}")
+show(f"model[0].weight: {type(w).__name__} {w.placements},\n"
+     f"  global {tuple(w.shape)}, local on each rank {tuple(w.to_local().shape)}")
 local = sum(p.to_local().numel() for p in model.parameters())
 counts = [None] * world
 dist.all_gather_object(counts, local)
@@ -115,7 +115,7 @@ for step in range(3):
 diff = max_diff([p.full_tensor() for p in model.parameters()], ref.parameters())
 verdict = ("< 1e-5: equal up to float32 round-off" if diff < 1e-5
            else ">= 1e-5: NOT equal, more than round-off")  # what the figure shows
-show(f"after 3 Adam steps, max abs diff from one process: {diff:.1e} ({verdict})")
+show(f"after 3 Adam steps, max abs diff from one process: {diff:.1e}\n  ({verdict})")
 assert diff < 1e-5, "FSDP trained differently from one process"
 # --8<-- [end:train]
 
@@ -177,7 +177,7 @@ fp32 = make_model()(x)
 diff = max_diff([out.float()], [fp32]) / fp32.abs().max().item()  # relative to fp32
 verdict = ("< 2e-2: bf16 keeps 8 significant bits, about 2.4 decimal digits"
            if diff < 2e-2 else ">= 2e-2: more than bf16's rounding")
-show(f"max |bf16 - fp32| / max |fp32|: {diff:.1e} ({verdict})")
+show(f"max |bf16 - fp32| / max |fp32|: {diff:.1e}\n  ({verdict})")
 assert diff < 2e-2, "the bf16 output is further from fp32 than bf16's rounding"
 # --8<-- [end:mixed]
 
@@ -192,7 +192,7 @@ try:
         f"{off[0].weight.grad.device}"
     )
 except RuntimeError as e:
-    show(f"CPU offload: RuntimeError: {e}")
+    show(f"CPU offload: RuntimeError:\n  {e}")
     show("CPU offload needs an accelerator to compute on: not run here")
 # --8<-- [end:offload]
 

@@ -80,8 +80,8 @@ def rel_diff(grads, refs) -> float:
 
 def verdict(d: float) -> str:  # what the figure shows, computed from it
     if d < 1e-5:
-        return f"max rel diff {d:.1e} (< 1e-5: equal up to float32 round-off)"
-    return f"max rel diff {d:.1e} (>= 1e-5: NOT equal, more than round-off)"
+        return f"max rel diff {d:.1e}\n    (< 1e-5: equal up to float32 round-off)"
+    return f"max rel diff {d:.1e}\n    (>= 1e-5: NOT equal, more than round-off)"
 
 
 torch.manual_seed(1)
@@ -124,8 +124,8 @@ tp = make_model()
 parallelize_module(tp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
 nn.functional.mse_loss(tp(x), y).backward()  # tensor parallel: the same batch on all
 norm = nn.utils.clip_grad_norm_(tp.parameters(), MAX_NORM)
-show(f"TP: clip_grad_norm_ returned a {type(norm).__name__} {norm.placements}, "
-     f"full_tensor() {every_rank(norm.full_tensor().item())}")
+show(f"TP: clip_grad_norm_ returned a {type(norm).__name__} {norm.placements},\n"
+     f"  full_tensor() {every_rank(norm.full_tensor().item())}")
 d = rel_diff([p.grad for p in tp.parameters()], [q.grad for q in ref.parameters()])
 show(f"  clipped gradients vs one process: {verdict(d)}")
 # --8<-- [end:tp]

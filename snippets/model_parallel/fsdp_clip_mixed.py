@@ -8,6 +8,7 @@ Run: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 \
 import argparse
 import os
 import sys
+import textwrap
 from datetime import timedelta
 
 import torch
@@ -59,8 +60,10 @@ def make_model():
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)).to(device)
 
 
-def error(e: Exception) -> str:  # the message without its advice
-    return f"{type(e).__name__}: {str(e).split(', need')[0]}"
+def error(e: Exception) -> str:  # the message without its advice, wrapped at 80
+    return f"{type(e).__name__}:\n" + textwrap.fill(
+        str(e).split(", need")[0], 80, initial_indent="    ", subsequent_indent="    ",
+        break_long_words=False, break_on_hyphens=False)
 
 
 torch.manual_seed(1)
@@ -123,7 +126,7 @@ d = max((((p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad) - q.
         for p, q in zip(model.parameters(), ref.parameters()))
 verdict = ("< 1e-5: equal up to float32 round-off" if d < 1e-5
            else ">= 1e-5: NOT equal, more than round-off")  # what the figure shows
-show(f"  clipped gradients vs one process: max rel diff {d:.1e} ({verdict})")
+show(f"  clipped gradients vs one process: max rel diff {d:.1e}\n    ({verdict})")
 assert d < 1e-5, "the clipped gradients differ from one process's"
 assert abs(total.item() - ref_norm.item()) < 1e-5, (total, ref_norm)
 dist.destroy_process_group()

@@ -135,8 +135,8 @@ if args.load:
     after = loss_on(model, 3)
     with open(os.path.join(args.load, "next_loss.json")) as f:
         expected = json.load(f)
-    show(f"loaded by {world} processes, step 2 trained, loss on batch 3: {after:.6f} "
-         f"(the saving run: {expected:.6f})")
+    show(f"loaded by {world} processes, step 2 trained, loss on batch 3: {after:.6f}\n"
+         f"  (the saving run: {expected:.6f})")
     assert abs(after - expected) < 1e-6, (after, expected)
 
     # the same without the optimizer's state: Adam starts again from zero moments

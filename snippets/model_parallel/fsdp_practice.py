@@ -149,7 +149,7 @@ for module in model.modules():
 # --8<-- [end:shard]
 
 w = model.blocks[0].linear.weight
-show(f"blocks[0].linear.weight: {w.placements}, global {tuple(w.shape)}, "
+show(f"blocks[0].linear.weight: {w.placements},\n  global {tuple(w.shape)}, "
      f"local {tuple(w.to_local().shape)} on rank 0")
 held = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
 full_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -235,7 +235,7 @@ diff = torch.tensor(max((p.full_tensor() - q).abs().max().item()
 verdict = ("< 1e-5: equal up to float32 round-off" if diff < 1e-5
            else ">= 1e-5: NOT equal, more than round-off")  # what the figure shows
 show(f"after 2 AdamW steps, max abs diff from one process on the whole batch: "
-     f"{diff.item():.1e} ({verdict})")
+     f"{diff.item():.1e}\n  ({verdict})")
 assert diff < 1e-5, "FSDP trained differently from one process on the whole batch"
 if args.compile:
     from torch._dynamo.utils import counters

@@ -40,7 +40,7 @@ with LocalTensorMode(n) as mode:  # every tensor now holds one value per rank
     grad_diff = (model[0].weight.grad.to_local() - grads).abs().max()
 for r in range(n):
     print(f"rank {r}: first weight {tuple(up._local_tensors[r].shape)}; max abs diff: "
-          f"output {out_diff._local_tensors[r]:.1e} (< 1e-5), its weight's gradient "
+          f"output {out_diff._local_tensors[r]:.1e} (< 1e-5),\n  its weight's gradient "
           f"{grad_diff._local_tensors[r]:.1e} (< 1e-5: equal up to float32 round-off)")
 assert max(max(d._local_tensors.values()) for d in (out_diff, grad_diff)) < 1e-5
 # --8<-- [end:local]

@@ -59,7 +59,7 @@ diff = max((a.detach().cpu() - b.detach().cpu()).abs().max().item()
            for a, b in zip(full.parameters(), split.parameters()))
 verdict = ("< 1e-5: equal up to float32 round-off" if diff < 1e-5
            else ">= 1e-5: NOT equal, more than round-off")  # what the figure shows
-print(f"after 3 SGD steps, max abs diff of the parameters: {diff:.1e} ({verdict})")
+print(f"after 3 SGD steps, max abs diff of the parameters: {diff:.1e}\n  ({verdict})")
 assert diff < 1e-5, "the split model trained differently"
 # --8<-- [end:train]
 

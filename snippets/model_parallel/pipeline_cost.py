@@ -51,7 +51,7 @@ full = nn.Sequential(*(nn.Sequential(nn.Linear(H, H), nn.Tanh())
 x, y = torch.randn(B * m, H, device=device), torch.randn(B * m, H, device=device)
 full(x).sub(y).square().mean().backward()  # the reference gradients
 if rank == 0:
-    print(f"{p} processes, {'NCCL, a GPU each' if own else 'gloo on the CPU'}; {m} "
+    print(f"{p} processes, {'NCCL, a GPU each' if own else 'gloo on the CPU'};\n  {m} "
           f"micro-batches of {B} x {H} float32: {a:,} B at each stage boundary")
 
 
@@ -147,7 +147,7 @@ def report(what, predicted, counted, unit):  # unit: "B", or a word in the singu
 for name, Schedule, V in [("GPipe", ScheduleGPipe, 1), ("1F1B", Schedule1F1B, 1),
                           ("interleaved 1F1B", ScheduleInterleaved1F1B, v)]:
     out, S = run(Schedule, V), V * p
-    for kind, what in [("F", "activations sent forward"), ("B", "gradients sent back")]:
+    for kind, what in [("F", "activations sent"), ("B", "gradients sent")]:
         report(f"{name}, {what} per step", (S - 1) * m * a,
                sum(o[1][kind] for o in out), "B")
     for r in range(p):  # a send per micro-batch for each stage with a next / a previous

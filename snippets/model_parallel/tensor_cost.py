@@ -121,7 +121,7 @@ on = n > 1  # on a mesh of one rank, DTensor needs no collective
 runs = {  # name: plan, collectives per block predicted in forward, in backward
     "TP": (plan(sp=False), {AR: 2 * on}, {AR: 2 * on}),
     "TP + SP": (plan(sp=True), {AG: 2 * on, RS: 2 * on}, {AG: 2 * on, RS: 2 * on}),
-    "TP, no PrepareModuleInput": (plan(False, False), {AR: 2 * on}, {AR: 4 * on}),
+    "TP, no prep": (plan(False, False), {AR: 2 * on}, {AR: 4 * on}),  # printed below
 }
 failed = []
 
@@ -141,6 +141,8 @@ x = torch.randn(B, S, D, device=device)  # the same batch on every rank
 x_ref = x.clone().requires_grad_()
 ref(x_ref).square().sum().backward()
 ref_out = ref(x).detach()
+if rank == 0:
+    print("TP, no prep: TP without PrepareModuleInput on attn")
 for name, (layout, *predicted) in runs.items():
     model, sp = parallelize_module(copy.deepcopy(ref), mesh, layout), "norm1" in layout
     x_in = (x.chunk(n, dim=1)[rank] if sp else x).clone().requires_grad_()
@@ -151,9 +153,10 @@ for name, (layout, *predicted) in runs.items():
     for d, mode, pred in zip(("forward", "backward"), (fwd, bwd), predicted):
         counted = {str(op).split(".")[1]: c for op, c in mode.get_comm_counts().items()}
         for op in sorted(pred.keys() | counted.keys()):
-            report(f"{name}, {d}, {op}", pred.get(op, 0), counted.get(op, 0), "calls")
-            report(f"{name}, {d}, {op} bytes", pred.get(op, 0) * act, mode.bytes[op],
-                   "B")
+            short = op.removesuffix("_tensor").replace("_into", "")  # all_gather, ...
+            what = f"{name}, {d}, {short}"
+            report(what, pred.get(op, 0), counted.get(op, 0), "calls")
+            report(f"{what} bytes", pred.get(op, 0) * act, mode.bytes[op], "B")
     local = (p.to_local() if isinstance(p, DTensor) else p for p in model.parameters())
     report(f"{name}, parameters per rank", 4 * (sharded // n + replicated),
            nbytes(*local), "B")
@@ -167,10 +170,10 @@ for name, (layout, *predicted) in runs.items():
     if rank == 0:  # the verdict says what the figure shows
         verdict = "< 1e-5: float32 round-off" if diff < 1e-5 else ">= 1e-5: NOT equal"
         print(f"{name}, max abs diff from one process (output, gradients): "
-              f"{diff.item():.1e} ({verdict})")
+              f"{diff.item():.1e}\n  ({verdict})")
     assert diff < 1e-5, f"{name} differs from one process"
 if rank == 0:
-    print(f"ring bytes sent per rank and block: TP 4 * 2(n-1)/n * {act:,} B, SP 8 * "
+    print(f"ring bytes sent per rank and block: TP 4 * 2(n-1)/n * {act:,} B,\n  SP 8 * "
           f"(n-1)/n * {act:,} B, both {8 * (n - 1) * act // n:,} B (formula only)")
 # --8<-- [end:run]
 

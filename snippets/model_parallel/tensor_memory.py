@@ -108,8 +108,8 @@ def kept_for_backward(model, x, grad):
 
 
 # --8<-- [start:predict]
-PARTS = {"norm": "the norm's input, mean and 1/std", "attn.q": "the input of q, k, v",
-         "attn": "q, k, v by head and the softmax", "attn.o": "the input of o"}
+PARTS = {"norm": "norm's input, mean, 1/std", "attn.q": "input of q, k, v",
+         "attn": "q, k, v by head, softmax", "attn.o": "input of o"}
 
 
 def predicted(tp, sp):  # float32 values (4 bytes) kept per rank; tp, sp: divisors
@@ -134,6 +134,8 @@ def report(what, predicted, counted, unit):
 torch.manual_seed(0)
 ref = Block().to(device)  # one process's block, the same on every rank
 x, g = torch.randn(2, B, S, D, device=device)  # the input; a gradient for the output
+if rank == 0:
+    print("bytes kept for backward per rank, part by part, then in all:")
 for name, sp in (("one process", None), ("TP", False), ("TP + SP", True)):
     model = ref if sp is None else parallelize_module(copy.deepcopy(ref), mesh,
                                                       plan(sp))
@@ -142,8 +144,8 @@ for name, sp in (("one process", None), ("TP", False), ("TP + SP", True)):
     out, counted = kept_for_backward(model, x_in, mine(g))
     pred = predicted(1 if sp is None else n, n if sp else 1)  # divisors: TP, SP
     for m, label in PARTS.items():
-        report(f"{name}, kept for backward, {label}", pred[m], counted[m], "B")
-    report(f"{name}, attention activations kept for backward per rank",  # all parts
+        report(f"{name}, {label}", pred[m], counted[m], "B")
+    report(f"{name}, in all",  # the attention's activations, all parts
            sum(pred.values()), sum(counted.values()), "B")
     if sp is None:  # the reference for the two others
         ref_out, ref_grad = out.detach(), x_in.grad
@@ -156,7 +158,7 @@ for name, sp in (("one process", None), ("TP", False), ("TP + SP", True)):
     if rank == 0:  # the verdict says what the figure shows
         verdict = "< 1e-5: float32 round-off" if diff < 1e-5 else ">= 1e-5: NOT equal"
         print(f"{name}, max abs diff from one process (output, gradients): "
-              f"{diff.item():.1e} ({verdict})")
+              f"{diff.item():.1e}\n  ({verdict})")
     assert diff < 1e-5, f"{name} differs from one process"
 # --8<-- [end:run]
 

@@ -185,9 +185,9 @@ tp_loss, tp_bytes = step(tp, x_tp, comms["TP"])
 sp_loss, sp_bytes = step(sp, x_sp, comms["TP + SP"])
 show(f"kept for backward, per rank: one process {ref_bytes} B, TP {tp_bytes} B, "
      f"TP + SP {sp_bytes} B")
-show(f"{'collectives':11} {'forward':30} {'loss':13} backward")
-for name, c in comms.items():
-    show(f"{name:11} {c['forward']:30} {c['loss']:13} {c['backward']}")
+show(f"{'collectives':11} {'TP':13} TP + SP")  # one row per phase: fits 80 columns
+for phase in ("forward", "loss", "backward"):
+    show(f"{phase:11} {comms['TP'][phase]:13} {comms['TP + SP'][phase]}")
 # --8<-- [end:memory]
 
 # --8<-- [start:check]

@@ -86,7 +86,7 @@ fully_shard(model, mesh=mesh["dp"])
 w = model[0].up.weight
 if rank == 0:
     print(
-        f"up.weight: placements {w.placements}, global {tuple(w.shape)}, local "
+        f"up.weight: placements {w.placements},\n  global {tuple(w.shape)}, local "
         f"{tuple(w.to_local().shape)}"
     )
 # --8<-- [end:model]
@@ -124,7 +124,7 @@ if rank == 0:  # the verdict says what the figure shows
                else ">= 1e-5: NOT equal, more than round-off")
     print(
         "after 3 SGD steps, max abs diff of every rank's shards from one process: "
-        f"{diff.item():.1e} ({verdict})"
+        f"{diff.item():.1e}\n  ({verdict})"
     )
 assert diff < 1e-5, "2D parallel training differs from one process"
 # --8<-- [end:check]

@@ -164,7 +164,7 @@ dist.all_reduce(grad_diff, op=dist.ReduceOp.MAX)  # every rank's piece
 for what, d, bound in [("max abs diff of every rank's outputs", diff.item(), "1e-5"),
                        ("max rel diff of every gradient", grad_diff.item(), "1e-4")]:
     if rank == 0:
-        print(f"2 steps, {what} from one process: {d:.1e} " + (
+        print(f"2 steps, {what} from one process: {d:.1e}\n  " + (
             f"(< {bound}: equal up to float32 round-off)" if d < float(bound)
             else f"(>= {bound}: NOT equal)"))
     if d >= float(bound):

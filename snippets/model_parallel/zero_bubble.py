@@ -11,6 +11,7 @@ import functools
 import gc
 import os
 import sys
+import textwrap
 from datetime import timedelta
 
 import torch
@@ -143,12 +144,13 @@ for name, Schedule, style, k in [
     if rank == 0:
         if style == "V":  # the schedule's own plan for rank 0: its _Action objects
             plan = [a for a in schedule.pipeline_order[0] if a is not None]
-            print(f"{name}, plan of rank 0: {' '.join(map(str, plan))}")
+            print(textwrap.fill(f"{name}, plan of rank 0: {' '.join(map(str, plan))}",
+                                80, subsequent_indent="  ", break_on_hyphens=False))
         print(f"{name}, idle slots per rank: predicted {many(k * (p - 1))}, counted "
               f"{many(slots - busy[0])}\n{name}, bubble: {slots - busy[0]} "
-              f"of {slots} slots = {(slots - busy[0]) / slots:.1%}; idle between a "
+              f"of {slots} slots = {(slots - busy[0]) / slots:.1%};\n  idle between a "
               f"rank's first and last action: {', '.join(map(str, gaps))}\n{name}, "
-              f"grads max rel diff {diff:.1e} " + ("(< 1e-4: as the unsplit model)"
+              f"grads max rel diff {diff:.1e}\n  " + ("(< 1e-4: as the unsplit model)"
               if diff < 1e-4 else "(>= 1e-4: NOT the unsplit model's)"))
         for r, sp in enumerate(spans):  # a letter per slot: lower case for a rank's
             row = {t: a[0].lower() if a[1] >= p else a[0]  # second stage, "." idle

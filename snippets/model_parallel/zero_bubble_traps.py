@@ -10,6 +10,7 @@ import copy
 import gc
 import os
 import sys
+import textwrap
 from datetime import timedelta
 
 import torch
@@ -80,9 +81,9 @@ for scale in (True, False):
         for a, b in pairs))
     dist.all_reduce(diff, dist.ReduceOp.MAX)
     times, ok = "" if scale else f"{m} x ", diff.item() < 1e-4
-    say(f"scale_grads={scale!s:5}: grads == {times}the unsplit model's (mean loss), "
-        f"max rel diff {diff.item():.1e} " + ("(< 1e-4: equal up to float32 round-off)"
-                                             if ok else "(>= 1e-4: NOT equal)"))
+    say(f"scale_grads={scale!s:5}: grads == {times}the unsplit model's, "  # mean loss
+        f"max rel diff {diff.item():.1e}\n  "
+        + ("(< 1e-4: equal up to float32 round-off)" if ok else "(>= 1e-4: NOT equal)"))
     assert ok, "gradients are not what scale_grads promises"
 # --8<-- [end:scale]
 
@@ -91,8 +92,8 @@ where = dict(sorted(schedule.stage_index_to_group_rank.items()))  # stage: its r
 say(f"V placement, stage: rank {where}")
 wrong = ScheduleZBVZeroBubble(stages(rank, rank + p), n_microbatches=m)  # a loop
 plan = sorted({a.stage_index for a in wrong.pipeline_order[rank] if a is not None})
-say(f"ZBV given stages {[0, p]} on rank 0 (a loop): no error; its plan for rank 0 runs "
-    f"stages {plan}")
+say(f"ZBV given stages {[0, p]} on rank 0 (a loop): no error;\n  its plan for rank 0 "
+    f"runs stages {plan}")
 assert rank or plan != [0, p], "on rank 0 the V plan differs from the loop's stages"
 # --8<-- [end:placement]
 
@@ -107,7 +108,9 @@ for what, make in [
         make()
         sys.exit(f"{what}: accepted")
     except (ValueError, RuntimeError) as e:
-        say(f"{what}: {type(e).__name__}: {e}")
+        say(f"{what}: {type(e).__name__}:", textwrap.fill(  # to 80 columns
+            str(e), 80, initial_indent="  ", subsequent_indent="  ",
+            break_long_words=False, break_on_hyphens=False))
 # --8<-- [end:refusals]
 
 gc.collect()

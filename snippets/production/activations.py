@@ -138,21 +138,23 @@ selective = partial(checkpoint, use_reentrant=False, **legacy, context_fn=partia
 torch.manual_seed(0)
 model = Block().to(device, torch.bfloat16)
 x = torch.randn(B, S, H, device=device, dtype=torch.bfloat16, requires_grad=True)
-print(f"{device.type}, bfloat16, s={S} b={B} h={H} a={A}; Korthikanti et al.'s "
+print(f"{device.type}, bfloat16, s={S} b={B} h={H} a={A};\n  Korthikanti et al.'s "
       f"s*b*h*(34 + 5*a*s/h) = {paper:,} B")
 kept, fwd, _, reference = run(model, x, lambda m, x: m(x))
 report("no checkpointing, bytes kept", exact, kept, "B")
 report("forward, matmul FLOPs", forward, fwd.flops, "FLOP")
 for name, wrap, predicted, recomputed in [  # full keeps the input, recomputes all;
-        ("full checkpointing", full, E * sbh, forward),  # selective keeps the input
-        ("selective, Linear outputs kept", selective,  # and 3h + h + 4h + h per token
+        ("full", full, E * sbh, forward),  # selective keeps the input
+        ("selective", selective,  # and 3h + h + 4h + h per token
          E * sbh * (1 + 3 + 1 + 4 + 1), 4 * B * S * S * H)]:  # and recomputes 2 bmm
     kept, _, again, grads = run(model, x, wrap)
+    print({"full": "full: full checkpointing",
+           "selective": "selective: Linear outputs kept"}[name])
     report(f"{name}, bytes kept", predicted, kept + sum(cached.values()), "B")
-    report(f"{name}, matmul FLOPs recomputed", recomputed, again.flops, "FLOP")
+    report(f"{name}, FLOPs recomputed", recomputed, again.flops, "FLOP")  # matmuls
     shown = ("addmm", "bmm", "_softmax", "gelu", "native_layer_norm", "bernoulli_")
     print(f"  ops run again in backward: {again.ops.total()} of the forward's "
-          f"{fwd.ops.total()}; " + ", ".join(f"{o} {again.ops[o]}" for o in shown))
+          f"{fwd.ops.total()};\n    " + ", ".join(f"{o} {again.ops[o]}" for o in shown))
     same(name, grads)
     cached.clear()
 if failed:

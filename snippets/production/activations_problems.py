@@ -28,7 +28,7 @@ def korthikanti(attention_scores=True):  # bytes per layer, their eq. (1)
 if args.problem == 1:
     for name, per_layer in [("no checkpointing", korthikanti()),
                             ("no s x s scores kept", korthikanti(False)),
-                            ("full checkpointing (each layer's input)", 2 * sbh)]:
+                            ("full checkpointing (layer inputs)", 2 * sbh)]:
         print(f"{name}: {per_layer / 1e9:.3f} GB per layer, "
               f"{L * per_layer / 1e9:.1f} GB for {L} layers")
     print(f"of an H100's {HBM / 1e9:.0f} GB")
@@ -49,7 +49,7 @@ if args.problem == 2:
 if args.problem == 3:
     # per token and layer: forward 24h^2 + 4sh FLOPs; copied to the host: c * h bytes.
     # The copy hides behind the forward when c*h / PCIE <= (24h^2 + 4sh) / PEAK:
-    for name, c in [("everything a fused-attention layer keeps", 34),
+    for name, c in [("all a fused-attention layer keeps", 34),
                     ("only each checkpointed layer's input", 2)]:
         h = (c * PEAK / PCIE - 4 * S) / 24
         print(f"{name} ({c}h B per token): hidden from h = {h:,.0f}")

@@ -85,7 +85,7 @@ if rank == 0:
         print("after binding, each on a share of its own:")
         for lr, _, _, _, now, threads, in_thread, _, own in here:
             print(f"  local rank {lr}: torch threads = its cores: "
-                  f"{'yes' if threads == len(own) else 'no'}; a new thread "
+                  f"{'yes' if threads == len(own) else 'no'};\n    a new thread "
                   f"inherits its CPUs: {'yes' if in_thread == now else 'no'}")
         claimed = [cpu for r in here for cpu in r[4]]
         shared = len(claimed) - len(set(claimed))

@@ -50,22 +50,22 @@ true_norm, reference = step(scaled=False, unscale=False)  # no scaler: true grad
 print(f"true gradient norm {true_norm:.4g}, max_norm {MAX_NORM}: the clip acts")
 wrong_norm, wrong = step(scaled=True, unscale=False)
 ratio = wrong_norm / true_norm
-print(f"without unscale_: clip_grad_norm_ saw {ratio:.0f} times the true norm "
+print(f"without unscale_: clip_grad_norm_ saw {ratio:.0f} times the true norm\n  "
       + (f"(== {SCALE:.0f}: the scale)" if ratio == SCALE else
          f"(!= {SCALE:.0f}: not the scale)"))
 shrink = (wrong - start).norm().item() / (reference - start).norm().item()
-print(f"  the update it let through, relative to the right one: {shrink:.2e} "
+print(f"  the update it let through, relative to the right one: {shrink:.2e}\n    "
       + (f"(< {2 / SCALE:.1e}: about 1/scale)" if shrink < 2 / SCALE else
          f"(>= {2 / SCALE:.1e}: not shrunk by the scale)"))
 right_norm, right = step(scaled=True, unscale=True)
 diff = (right - reference).abs().max().item()
-print(f"with unscale_: norm {right_norm:.4g}; weights vs the step without scaling: "
-      f"max abs diff {diff:.1e} "
+print(f"with unscale_: norm {right_norm:.4g}; weights vs the step without scaling:\n"
+      f"  max abs diff {diff:.1e} "
       + ("(== 0: bit-identical)" if diff == 0 else "(!= 0: not bit-identical)"))
 inf_norm, skipped = step(scaled=True, unscale=True, poison=True)
 moved = (skipped - start).abs().max().item()
-print(f"an inf gradient: clip_grad_norm_ returned {inf_norm}; the step was skipped, "
-      f"weights moved by {moved:.1e} "
+print(f"an inf gradient: clip_grad_norm_ returned {inf_norm}; the step was skipped,\n"
+      f"  weights moved by {moved:.1e} "
       + ("(== 0: untouched)" if moved == 0 else "(!= 0: the step was NOT skipped)"))
 if ratio != SCALE or shrink >= 2 / SCALE or diff != 0 or moved != 0:
     sys.exit("a check failed: see the lines above")

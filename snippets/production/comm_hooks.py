@@ -89,11 +89,12 @@ def step(hook):
 
 # --8<-- [start:report]
 failed, exact = [], None
+show("bytes each hook passes to dist.all_reduce per step:")
 for name, hook in HOOKS.items():
     grads, nbytes, P = step(hook)  # P: the model's parameters, 662,026
     exact = exact or grads  # the first hook: DDP's own average
     predicted = P * (2 if "16" in name else 4)  # 16 bits: 2 bytes; float32: 4
-    show(f"{name}, bytes to dist.all_reduce per step: predicted {predicted:,} B, "
+    show(f"{name}: predicted {predicted:,} B, "
          f"counted {nbytes:,} B")
     err = (sum(((g - e) ** 2).sum() for g, e in zip(grads, exact)).sqrt()
            / sum((e ** 2).sum() for e in exact).sqrt()).item()
@@ -101,8 +102,8 @@ for name, hook in HOOKS.items():
     ok = err == bound if op == "==" else err < bound
     verdict = f"{op} {bound:g}: {why}" if ok else f"{'!=' if op == '==' else '>='} " \
         f"{bound:g}: more than {why}"
-    show(f"  {name.split('_')[0]} error of the averaged gradient: {err:.2g} "
-         f"({verdict})")
+    show(f"  {name.split('_')[0]} error of the averaged gradient: {err:.2g}\n"
+         f"    ({verdict})")
     failed += [] if ok and predicted == nbytes else [name]
 # --8<-- [end:report]
 

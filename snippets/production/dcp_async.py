@@ -100,7 +100,7 @@ pending.result()  # wait before the next save, and before the process exits
 ratio = blocked_sync / blocked_async
 if rank == 0:
     print(f"loop blocked by dcp.save: {blocked_sync * 1e3:.1f} ms, by dcp.async_save: "
-          f"{blocked_async * 1e3:.1f} ms ({ratio:.1f}x shorter; {world} processes, "
+          f"{blocked_async * 1e3:.1f} ms\n  ({ratio:.1f}x shorter; {world} processes, "
           f"{device.type}, local disk)")
 
 # the asynchronous checkpoint holds the weights of the moment it was taken
@@ -111,7 +111,7 @@ set_state_dict(model, opt, model_state_dict=state["model"],
                optim_state_dict=state["optim"])
 same = all(torch.equal(v.to_local(), saved[k]) for k, v in model.state_dict().items())
 if rank == 0:
-    print(f"async checkpoint loaded back: the weights after step 1, "
+    print(f"async checkpoint loaded back: the weights after step 1,\n  "
           f"torch.equal on every shard: {same}")
 assert same, "the asynchronous checkpoint does not hold the weights it was given"
 # --8<-- [end:report]

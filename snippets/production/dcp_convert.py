@@ -26,7 +26,7 @@ if not os.path.exists(os.path.join(args.folder, ".metadata")):
 one_file = args.folder + ".pt"
 dcp_to_torch_save(args.folder, one_file)  # every shard of every rank, joined
 sd = torch.load(one_file, weights_only=True)  # plain tensors, nested as they were saved
-print(f"dcp_to_torch_save: {os.path.basename(one_file)} holds "
+print(f"dcp_to_torch_save: {os.path.basename(one_file)} holds\n  "
       f"{({k: tuple(v.shape) for k, v in sd['model'].items()})}")
 
 again = args.folder + "-again"

@@ -88,8 +88,8 @@ if args.save:
     if rank == 0:
         torch.save(full, args.save + ".full.pt")
         shards = {k: tuple(v.to_local().shape) for k, v in model.state_dict().items()}
-        print(f"FSDP2 on {world} processes saved {sorted(os.listdir(args.save))}; "
-              f"rank 0's shards: {shards}")
+        print(f"FSDP2 on {world} processes saved {sorted(os.listdir(args.save))};\n"
+              f"rank 0's shards:\n  {shards}")
 # --8<-- [end:save]
 
 # --8<-- [start:load_tp]
@@ -106,7 +106,7 @@ if args.load_tp:
     full = get_model_state_dict(model, options=FULL)
     if rank == 0:
         shards = {k: tuple(v.to_local().shape) for k, v in model.state_dict().items()}
-        print(f"TP on {world} processes loaded it; rank 0's shards: {shards}")
+        print(f"TP on {world} processes loaded it; rank 0's shards:\n  {shards}")
 # --8<-- [end:load_tp]
 
 # --8<-- [start:load_one]
@@ -118,7 +118,7 @@ if args.load_one:
     dcp.load(sd, checkpoint_id=args.load_one, no_dist=True)
     set_model_state_dict(model, sd["model"], options=StateDictOptions(strict=True))
     full = model.state_dict()
-    print(f"one process loaded it: {({k: tuple(v.shape) for k, v in full.items()})}")
+    print(f"one process loaded it:\n  {({k: tuple(v.shape) for k, v in full.items()})}")
 # --8<-- [end:load_one]
 
 if rank == 0 and not args.save:

@@ -114,13 +114,13 @@ P4 = sum(p.numel() * 4 for p in model.parameters())  # float32 gradients
 n = len(list(model.parameters()))
 # copies per backward: each new gradient into its bucket, then back unless .grad is
 # the bucket's view; a gradient kept as a view (set_to_none=False) is divided in place
+show("view: gradient_as_bucket_view; zeroed: zero_grad(set_to_none=False)")
 for view, none, copies in [(False, True, 2 * n), (True, True, n), (True, False, 0)]:
     model, buckets, _, counted = run(set_to_none=none, gradient_as_bucket_view=view)
-    reset = "" if none else "set_to_none=False"
-    tag = f"view {'on' if view else 'off'}, zero_grad({reset})"
-    report(f"{tag}: gradient bytes outside the buckets", 0 if view else P4,
+    tag = f"view {'on' if view else 'off'}" + ("" if none else ", zeroed")
+    report(f"{tag}: bytes outside the buckets", 0 if view else P4,
            outside(model, buckets), "B")
-    report(f"{tag}: gradient copies in a backward", copies, counted, "copies")
+    report(f"{tag}: copies per backward", copies, counted, "copies")
 # --8<-- [end:view]
 
 del model, buckets, ddp

@@ -114,10 +114,10 @@ for name, float8_gather, precompute, size in [  # size: bytes per gathered weigh
         if precompute:  # every weight's scale in one all-reduce, for the next step
             precompute_float8_dynamic_scale_for_fsdp(model)
     # forward and backward each gather every layer (reshard_after_forward=True)
-    report(f"{name}, bytes gathered from other ranks per step", 2 * WEIGHTS * size
+    report(f"{name}, bytes gathered", 2 * WEIGHTS * size  # from other ranks, per step
            * (n - 1) // n, seen.bytes["_allgather_base_"], "B")
     amax = 2 * LAYERS if float8_gather and not precompute else 0  # one per gather
-    report(f"{name}, all-reduces of a weight's amax", amax, seen.calls["all_reduce"],
+    report(f"{name}, amax all-reduces", amax, seen.calls["all_reduce"],
            "calls")
     runs[name] = out.detach()
 ref = runs.pop("bfloat16 all-gather")  # the same float8 matmuls: the same output
@@ -125,7 +125,7 @@ diff = max((out - ref).abs().max().item() for out in runs.values())
 verdict = "== 0: bit-identical" if diff == 0 else "!= 0: not bit-identical"
 if rank == 0:
     print(f"step 2 output, both float8 all-gathers vs bfloat16's: max abs diff "
-          f"{diff:.1e} ({verdict})")
+          f"{diff:.1e}\n  ({verdict})")
 dist.destroy_process_group()
 if failed or diff != 0:
     sys.exit(f"rank {rank}: predicted != counted, or outputs differ: {failed}")

@@ -13,9 +13,9 @@ argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 FORMATS = (torch.float32, torch.bfloat16, torch.float16,
            torch.float8_e4m3fn, torch.float8_e5m2)
 for dtype in FORMATS:
-    fi = torch.finfo(dtype)  # eps: the gap after 1.0; below smallest_normal the
-    print(f"{str(dtype)[6:]:>13}: {fi.bits:2d} bits, max {fi.max:.4g}, "  # gaps stay
-          f"smallest normal {fi.smallest_normal:.3g}, smallest subnormal "  # the same
+    fi = torch.finfo(dtype)  # eps: the gap after 1.0; below smallest_normal the gaps
+    print(f"{str(dtype)[6:]:>13}: {fi.bits:2d} bits, max {fi.max:.4g}, "  # stay equal
+          f"smallest normal {fi.smallest_normal:.3g},\n{'':15}smallest subnormal "
           f"{fi.smallest_normal * fi.eps:.3g}, eps {fi.eps:.3g}")
 # --8<-- [end:formats]
 
@@ -45,7 +45,7 @@ def report(name, y, bound, zeros):
     met = zero > float(limit) if op == ">" else zero < float(limit)
     zeros = zeros if met else f"{'<=' if op == '>' else '>='} {limit}: outside"
     print(f"{name:>17}: relative error {err:.2e} ({'<' if err < bound else '>='} "
-          f"{bound}), flushed to zero {zero:.1e} ({zeros})")
+          f"{bound}), flushed to zero {zero:.1e}\n{'':19}({zeros})")
     return err, zero
 
 

@@ -4,6 +4,7 @@ and row-wise scaling, its error against bfloat16 and the loss over a few steps."
 import argparse
 import logging
 import sys
+import textwrap
 
 import torch
 from torch import nn
@@ -52,7 +53,8 @@ for recipe in (None, "tensorwise", "rowwise"):
         losses.append(loss.item())
     results[recipe] = first, losses
     if recipe:
-        print(f"{recipe}: {model[0]}")
+        print(textwrap.fill(f"{recipe}: {model[0]}", 80, subsequent_indent="  ",
+                            break_long_words=False, break_on_hyphens=False))
 # --8<-- [end:train]
 
 # --8<-- [start:compare]
@@ -66,7 +68,7 @@ for recipe in ("tensorwise", "rowwise"):
     err = ((out - ref).norm() / ref.norm()).item()
     ratio = losses[-1] / ref_losses[-1]
     print(f"float8 {recipe}: first output vs bfloat16: relative error {err:.1e} "
-          f"({'<' if err < 0.1 else '>='} 0.1); final loss / bfloat16's {ratio:.2f} "
+          f"({'<' if err < 0.1 else '>='} 0.1);\n  final loss / bfloat16's {ratio:.2f} "
           f"({'<' if ratio < 1.2 else '>='} 1.2)")
     if err >= 0.1 or ratio >= 1.2:
         bad.append(recipe)

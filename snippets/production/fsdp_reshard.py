@@ -141,8 +141,8 @@ for case, (raf, micro, keep) in enumerate(CASES, 1):
     comm.clear()
     between = train_step(model, micro, keep)
     calls, got, held = predict(raf, micro, keep, reference)
-    show(f"case {case}: reshard_after_forward={raf}, {micro} micro-batch(es)"
-         f"{', set_reshard_after_backward(last)' if keep else ''}")
+    last = ",\n  set_reshard_after_backward(last)" if keep else ""
+    show(f"case {case}: reshard_after_forward={raf}, {micro} micro-batch(es){last}")
     for size in sorted(calls, reverse=True):
         report(f"case {case}, all-gathers over {size}", calls[size],
                comm[f"all-gathers over {size}"], "calls")
@@ -157,7 +157,7 @@ for case, (raf, micro, keep) in enumerate(CASES, 1):
     opt.step()
     worst = max([worst] + [(p.full_tensor() - q).abs().max().item()
                            for p, q in zip(model.parameters(), reference.parameters())])
-show(f"weights after each step, max abs diff from one process: {worst:.1e} "
+show(f"weights after each step, max abs diff from one process: {worst:.1e}\n  "
      + ("(< 1e-5: equal up to float32 round-off)" if worst < 1e-5 else
         "(>= 1e-5: more than float32 round-off)"))
 dist.destroy_process_group()

@@ -65,7 +65,7 @@ weights = E * (12 * H * H + 4 * H)  # 4 weight matrices, the LayerNorms' w and b
 full = partial(checkpoint, use_reentrant=False)
 params = {p.untyped_storage().data_ptr() for p in model.parameters()}
 for name, wrap, predicted in [("save_on_cpu", lambda m, x: m(x), exact + weights),
-                              ("save_on_cpu around full checkpointing", full, E * sbh)]:
+                              ("full ckpt + save_on_cpu", full, E * sbh)]:
     held, copies = [0], []  # bytes on the host; is each copy a weight's?
 
     def pack(t):  # save_on_cpu's own hook, counted

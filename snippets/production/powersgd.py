@@ -122,11 +122,12 @@ def predicted_bytes(name, params):
 
 # --8<-- [start:report]
 failed, exact = [], None
+show("bytes each hook passes to dist.all_reduce in step 3:")
 for name, (hook, make_state) in HOOKS.items():
     first, total, nbytes, params = train(hook, state := make_state())
     exact = exact or (first, total)  # the first hook: the exact average
     predicted, low_rank = predicted_bytes(name, params)
-    show(f"{name}, bytes to dist.all_reduce in step 3: predicted {predicted:,} B, "
+    show(f"{name}: predicted {predicted:,} B, "
          f"counted {nbytes:,} B")
     failed += [] if predicted == nbytes else [f"{name} (bytes)"]
     if state is None:  # the reference
@@ -139,12 +140,12 @@ for name, (hook, make_state) in HOOKS.items():
          f"counted {kept:,} B")
     failed += [] if kept == error + low_rank else [f"{name} (state)"]
     err, err_sum = rel_error(first, exact[0]), rel_error(total, exact[1])
-    show(f"{tag}: error of the step-3 gradient: {err:.2f} "
+    show(f"{tag}: error of the step-3 gradient: {err:.2f}\n  "
          + ("(< 1: a projection, not round-off)" if err < 1 else
             "(>= 1: worse than sending nothing)"))
     bound, why = (0.5, "error feedback sends the rest later") if error else (
         1, "what a step leaves out is lost")
-    show(f"{tag}: error of the sum of {STEPS - 2} steps' gradients: {err_sum:.2f} "
+    show(f"{tag}: error of the sum of {STEPS - 2} steps' gradients: {err_sum:.2f}\n  "
          + (f"(< {bound:g}: {why})" if err_sum < bound else
             f"(>= {bound:g}: above it)"))
     failed += [] if err < 1 and err_sum < bound else [f"{name} (error)"]

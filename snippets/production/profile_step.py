@@ -147,7 +147,7 @@ for case in args.case or CASES:
     events, launched, early, rows = read_trace(path)
     k = buckets(params, cap_mb) if cap_mb else len(params)  # by hand: one per tensor
     for what, p, c in [("all-reduces launched", k, launched), (
-            "launched before the last gradient", k - 1 if cap_mb else 0, early)]:
+            "before the last gradient", k - 1 if cap_mb else 0, early)]:  # launched
         show(f"{case}, {what}: predicted {p:,} calls, counted {c:,} calls")
         failed += [f"{case}: {what}"] if p != c else []
     # --8<-- [start:timeline]
@@ -156,9 +156,9 @@ for case in args.case or CASES:
     failed += [f"{case}: timeline"] if len(rows) != 5 + (cap_mb is None) + k or any(
         [n for n, *_ in r] != [n for n, *_ in rows] for r in every) else []
     show(f"{case}, step 4, start .. end in ms from its start:\n{'':34}"
-         + "".join(f"{f'rank {r}':>23}" for r in range(world_size)))
+         + "".join(f"{f'rank {r}':>22}" for r in range(world_size)))
     for i, (name, *_) in enumerate(rows):
-        show(f"  {name:<32}" + "".join(f"{r[i][1]:8.1f} ms ..{r[i][2]:7.1f} ms"
+        show(f"  {name:<32}" + "".join(f"{r[i][1]:7.1f} ms ..{r[i][2]:7.1f} ms"
                                        for r in every))
     # --8<-- [end:timeline]
     if device.type == "cuda":  # what a GPU trace adds: kernels, on streams

@@ -80,7 +80,7 @@ def main():
         print(f"  {method}: first batch after {seconds:.2f} s")
         if method != "forkserver":  # forkserver: 1 or 2, by Python release (see page)
             predicted = 0 if method == "fork" else WORKERS
-            print(f"{method}, imports of this file for {WORKERS} worker(s): predicted "
+            print(f"{method}, this file's imports, {WORKERS} worker(s): predicted "
                   f"{predicted:,} imports, counted {imports:,} imports")
             failed += [] if imports == predicted else [method]
     same = seen["default"] == seen[default]
