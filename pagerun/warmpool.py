@@ -86,7 +86,12 @@ def serve(path: str) -> None:
         return
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    if not os.path.isdir(os.path.dirname(path)):
+        return  # the session ended while torch was imported (every test deselected, say)
+    try:
+        listener.bind(path)
+    except FileNotFoundError:
+        return  # the same, between the check and the bind
     listener.listen(256)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

@@ -105,10 +105,10 @@ if start and rank != 0 and os.path.exists(path):
     ckpt = torch.load(path, map_location=device, weights_only=True)
 read = [None] * world  # the step each rank found: a folder of its own node's shows here
 dist.all_gather_object(read, ckpt["step"] if ckpt else 0)
-if read != [start] * world:  # every rank stops; rank 0 says why
+# every rank says why: torchrun stops the others as soon as one exits
+if read != [start] * world:
     sys.exit(f"rank 0 resumes at step {start} from {path}, but the ranks read the "
-             f"steps {read} there: --ckpt-dir must be a folder every node shares"
-             if rank == 0 else 1)
+             f"steps {read} there: --ckpt-dir must be a folder every node shares")
 if ckpt:
     model.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["optim"])
