@@ -13,8 +13,9 @@ notebooks as pages (and so takes them for assets), ``on_files`` marks them as pa
 gives them their translations, as i18n does for pages (the language selector, the sitemap).
 
 Each notebook's page comes from ``.cache/notebooks`` (``pagerun.nbcache``): what it lacks is
-rendered, with mkdocs-jupyter's own functions and options, by a process of its own started as
-soon as the notebooks are written, on the second core while this one renders the pages."""
+rendered, with mkdocs-jupyter's own functions and options, by processes of their own (one a
+core, at most four) started as soon as the notebooks are written, beside this one, which renders
+the pages."""
 
 import json
 import os
@@ -42,7 +43,9 @@ def on_config(config):
     return config
 
 
-_rendering: tuple[subprocess.Popen, object] | None = None  # the process, its output file
+# the processes that render what the cache lacks, each with its output file: one a core (at most
+# four), each taking every n-th notebook in the order the build asks for them
+_rendering: list[tuple[subprocess.Popen, object]] = []
 
 
 def _options(config) -> dict | None:
@@ -51,7 +54,6 @@ def _options(config) -> dict | None:
 
 
 def on_pre_build(config):
-    global _rendering
     i18n = config.plugins.get("i18n")
     if getattr(i18n, "building", False):
         return  # the build of a further language: the first one wrote every language's notebooks
@@ -61,28 +63,33 @@ def on_pre_build(config):
         return
     nbcache.prune(written)
     missing = [str(p) for p in written if nbcache.lookup(p, opts) is None]
-    if missing and (_rendering is None or _rendering[0].poll() is not None):
+    if not missing or any(proc.poll() is None for proc, _ in _rendering):
+        return
+    n = max(1, min(4, os.cpu_count() or 1, len(missing)))
+    _rendering.clear()
+    for i in range(n):
         out = tempfile.TemporaryFile()
-        _rendering = (subprocess.Popen(
-            [sys.executable, "-m", "pagerun.nbcache", json.dumps(opts), *missing],
+        _rendering.append((subprocess.Popen(
+            [sys.executable, "-m", "pagerun.nbcache", json.dumps(opts), *missing[i::n]],
             cwd=pages.ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL),
-            out)
+            out))
 
 
 def _rendered(path: Path, opts: dict) -> dict:
-    """The notebook's rendering from the cache, once the process that renders it has written
-    it; rendered here if that process ended without it."""
+    """The notebook's rendering from the cache, once a process that renders has written it;
+    rendered here if those processes ended without it."""
     while True:
         got = nbcache.lookup(path, opts)
         if got is not None:
             return got
-        if _rendering is None or _rendering[0].poll() is not None:
+        if all(proc.poll() is not None for proc, _ in _rendering):
             break
         time.sleep(0.02)
-    if _rendering is not None and _rendering[0].returncode:
-        _rendering[1].seek(0)
-        raise PluginError("python -m pagerun.nbcache failed:\n"
-                          + _rendering[1].read().decode(errors="replace")[-4000:])
+    for proc, out in _rendering:
+        if proc.returncode:
+            out.seek(0)
+            raise PluginError("python -m pagerun.nbcache failed:\n"
+                              + out.read().decode(errors="replace")[-4000:])
     return nbcache.cached(path, opts)
 
 

@@ -6,11 +6,11 @@ two thirds of a cold build's CPU, and the suite builds the site twice (its own b
 ``make serve``). Each rendering is kept under a hash of everything it depends on: the
 notebook, the plugin's options, the site's nbconvert template (``hooks/jupyter/``), this file
 and the versions of the packages that render it, so a build that finds it renders nothing,
-and any change of one of them renders again. ``hooks/notebooks.py`` starts a process of its
-own (``python -m pagerun.nbcache``) for the renderings the cache lacks as soon as the
-notebooks are written, as ``hooks/pictures.py`` does for the pictures: it renders on the
-second core while the build renders the pages, and the build takes each notebook's page from
-the cache (rendering it itself only if that process could not). ``DOCS_NOTEBOOK_CACHE=DIR``
+and any change of one of them renders again. ``hooks/notebooks.py`` starts processes of their
+own (``python -m pagerun.nbcache``, one a core, at most four) for the renderings the cache lacks
+as soon as the notebooks are written, as ``hooks/pictures.py`` does for the pictures: they
+render beside the build, which renders the pages and takes each notebook's page from the cache
+(rendering it itself only if those processes could not). ``DOCS_NOTEBOOK_CACHE=DIR``
 keeps them elsewhere (``make bench`` times a cold build, as CI's, with an empty folder);
 ``DOCS_NOTEBOOK_CACHE=off`` leaves the notebooks to mkdocs-jupyter alone.
 
