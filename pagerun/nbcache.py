@@ -120,12 +120,13 @@ def _compile_once() -> None:
     TemplateExporter._create_environment = _create_environment
 
 
-def render(path: Path, opts: dict) -> dict:
+def render(path: Path, opts: dict, compile_once: bool = True) -> dict:
     """What mkdocs-jupyter's page gets from ``path``: its HTML, its table of contents' tokens
     and its title (the plugin's ``new_render``, with the same calls)."""
     from mkdocs_jupyter import nbconvert2, plugin
 
-    _compile_once()
+    if compile_once:
+        _compile_once()
     content = nbconvert2.nb2html(
         str(path), execute=False, kernel_name=opts["kernel_name"], theme=opts["theme"],
         allow_errors=opts["allow_errors"], show_input=opts["show_input"],
@@ -166,7 +167,7 @@ def prune(paths: list[Path]) -> None:
     """Remove the renderings of notebooks that are no longer made."""
     names = {_name(p) for p in paths}
     for f in CACHE.glob("*.json"):
-        if f.name[:-len("-0123456789abcdef0123.json")] not in names:
+        if f.stem.rsplit("-", 1)[0] not in names:  # <lang>-<name>-<hash>
             f.unlink(missing_ok=True)
 
 

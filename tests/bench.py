@@ -95,14 +95,11 @@ def same_site(tmp: Path, env: dict) -> int:
                      f"{tmp}/site-alone"], dict(env, DOCS_NOTEBOOK_CACHE="off"))
     if proc.returncode:
         sys.exit(proc.stdout + proc.stderr)
-    differ = [p.relative_to(tmp / "site-alone").as_posix()
-              for p in sorted((tmp / "site-alone").rglob("*")) if p.is_file()
-              and (not (tmp / "site0" / p.relative_to(tmp / "site-alone")).is_file()
-                   or p.read_bytes() != (tmp / "site0" / p.relative_to(tmp / "site-alone"))
-                   .read_bytes())]
-    extra = {p.relative_to(tmp / "site0") for p in (tmp / "site0").rglob("*")} - {
-        p.relative_to(tmp / "site-alone") for p in (tmp / "site-alone").rglob("*")}
-    differ += sorted(p.as_posix() for p in extra)
+    ours, alone = tmp / "site0", tmp / "site-alone"
+    files = [{p.relative_to(d) for p in d.rglob("*") if p.is_file()} for d in (ours, alone)]
+    differ = sorted(p.as_posix() for p in files[0] ^ files[1]) + sorted(
+        p.as_posix() for p in files[0] & files[1]
+        if (ours / p).read_bytes() != (alone / p).read_bytes())
     print(f"notebooks from .cache/notebooks against mkdocs-jupyter alone: "
           f"{len(differ)} files differ" + (": " + ", ".join(differ[:10]) if differ else ""))
     return 1 if differ else 0
