@@ -237,6 +237,13 @@ MUTATIONS = [
              tr(2, "model_parallel/tensor_sp.py"),
              "x_sp = x.chunk(world, dim=1)[rank]", "x_sp = x.chunk(world, dim=1)[0]",
              r"AssertionError: not equal to one process: loss"),
+    Mutation("model_parallel/async_tp.py",
+             "the reduce-scatter's own partial sum left out: only what arrived is added",
+             tr(2, "model_parallel/async_tp.py"),
+             "    total = total + h[rank * rows:(rank + 1) * rows] @ w_down",
+             "    total = total + 0 * h[rank * rows:(rank + 1) * rows] @ w_down",
+             r"micro-pipelined != the collective and matmul it replaces: "
+             r"\['matmul \+ reduce-scatter'\]"),
     Mutation("model_parallel/tensor_cost.py",
              "SequenceParallel left off norm2: its weight gradient is this rank's "
              "positions only",
