@@ -84,7 +84,7 @@ class Collectives(TorchDispatchMode):  # sees every op run while it is active
             out, inp = args[0], args[1]  # the other ranks' part of the buffer:
             self.bytes[op] += (out.numel() - inp.numel()) * out.element_size()
             self.dtypes[op] = str(out.dtype).removeprefix("torch.")
-        elif op == "all-reduce":  # args: [tensors], ...; the amax, sent and received
+        elif op == "all-reduce":  # args: [tensors], ...: the tensors reduced
             self.bytes[op] += sum(t.numel() * t.element_size() for t in args[0])
         return func(*args, **(kwargs or {}))
 
