@@ -192,7 +192,7 @@ for name, (reshard, gathers, reduces, keeps) in runs.items():
 spread = max(worst(got, grads["reshard"]) for got in grads.values())
 if rank == 0:
     print(f"the 6 runs' grads to each other: {spread:.1e}"
-          + (" < 1e-5: equal up to float32 round-off" if spread < 1e-5 else ""))
+          + (" (< 1e-5: equal up to float32 round-off)" if spread < 1e-5 else ""))
 # --8<-- [end:run]
 
 dist.destroy_process_group()
