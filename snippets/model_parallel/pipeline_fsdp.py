@@ -95,7 +95,7 @@ def held(stage):
     the shards always, the unsharded parameters and gradients while they live."""
     live = {}
     for unit in [stage, *stage[::2]]:
-        group = unit._get_fsdp_state()._fsdp_param_group  # private, as below
+        group = unit._get_fsdp_state()._fsdp_param_group  # private (torch 2.13)
         for fp in group.fsdp_params if group else []:
             full = getattr(fp, "_unsharded_param", None)  # made at the first gather
             for t in (fp.sharded_param, fp.sharded_param.grad, full,
