@@ -1,5 +1,6 @@
 """The private APIs the planning page (docs/*/model-parallel/plan.md), the page on every
-dimension at once (all-dims.md) and the pipeline page (pipeline.md) teach exist in the torch the suite runs. They are private (an underscore, or torch.testing._internal) and may change or
+dimension at once (all-dims.md) and the pipeline page (pipeline.md) teach exist in the torch
+the suite runs. They are private (an underscore, or torch.testing._internal) and may change or
 vanish in any release; when one does, this test names it before the page's programs fail with a
 traceback."""
 
