@@ -1,5 +1,6 @@
-"""The private APIs the planning page (docs/*/model-parallel/plan.md) and the page on every
-dimension at once (all-dims.md) teach exist in the torch the suite runs. They are private (an underscore, or torch.testing._internal) and may change or
+"""The private APIs the planning page (docs/*/model-parallel/plan.md), the page on every
+dimension at once (all-dims.md) and the pipeline page (pipeline.md) teach exist in the torch
+the suite runs. They are private (an underscore, or torch.testing._internal) and may change or
 vanish in any release; when one does, this test names it before the page's programs fail with a
 traceback."""
 
@@ -24,6 +25,10 @@ PRIVATE = [
      "all_dims.py: a flattened dimension split again (dp x fsdp_cp)"),
     ("torch.distributed.distributed_c10d", "_resolve_process_group",
      "all_dims_traffic.py: which mesh dimension a counted collective ran on"),
+    ("torch.distributed.fsdp", "FSDPModule._get_fsdp_state",
+     "pipeline_fsdp.py: the parameter group whose shards and unsharded tensors it counts"),
+    ("torch.distributed.fsdp._fully_shard._fsdp_param_group", "FSDPParamGroup",
+     "pipeline_fsdp.py: its fsdp_params, each with sharded_param and _unsharded_param"),
 ]
 
 
@@ -38,7 +43,8 @@ def test_private_api_exists(module, name, use):
     else:
         why = f"{module} has no {name}"
     assert found is not None, (f"torch {torch.__version__}: {why}. The site uses it "
-                               f"for {use}: rewrite that program (plan.py, local.py, all_dims*.py in "
+                               f"for {use}: rewrite that program (plan.py, local.py, all_dims*.py, "
+                               "pipeline_fsdp.py in "
                                "snippets/model_parallel/) and its page for this torch.")
 
 
