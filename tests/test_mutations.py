@@ -152,6 +152,12 @@ MUTATIONS = [
              "        out.backward(cdout)",
              "        out.backward(dout.chunk(world, dim=2)[rank])",
              r"context_parallel\(\) != full attention"),
+    Mutation("context/cp_rotate.py",
+             "the rotate method never set: every ring call keeps the default all-gather",
+             tr(2, "context/cp_rotate.py"),
+             "    set_rotate_method(method)", "    set_rotate_method(\"allgather\")",
+             r"predicted != counted or ring != full attention: "
+             r"K/V held at once per rank, alltoall"),
     # --- experts
     Mutation("expert/moe.py", "the replicated router's gradient not all-reduced",
              tr(2, "expert/moe.py"),
