@@ -46,7 +46,7 @@ def show(*text):
 
 # --8<-- [start:count]
 class Arrivals(TorchDispatchMode):
-    """What the ring's collectives return: bytes from other ranks, most alive at once."""
+    """What the ring's collectives return: bytes from other ranks, most kept at once."""
 
     def __init__(self):
         super().__init__()
@@ -94,8 +94,9 @@ for method in ("allgather", "alltoall"):
                                 aten._scaled_dot_product_flash_attention_for_cpu,
                                 lq, lk, lv, is_causal=True)[:2]
     with Arrivals() as bwd:
-        grads = ring_backward(
-            dist.group.WORLD, 2, aten._scaled_dot_product_flash_attention_for_cpu_backward,
+        grads = ring_backward(  # the CPU kernel's backward, and its keyword names
+            dist.group.WORLD, 2,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward,
             grad_out=ldout, grad_out_name="grad_out", query=lq, key=lk, value=lv,
             out=out, logsumexp=lse, is_causal=True, dropout_p=0.0)[:3]
     for got, want in zip([out, *grads], refs):  # relative to the reference
