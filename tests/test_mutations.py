@@ -158,6 +158,11 @@ MUTATIONS = [
              "    set_rotate_method(method)", "    set_rotate_method(\"allgather\")",
              r"predicted != counted or ring != full attention: "
              r"K/V held at once per rank, alltoall"),
+    Mutation("context/cp_balance.py",
+             "the tail chunk counted from the middle: chunks r and n+r of each document",
+             tr(2, "context/cp_balance.py"),
+             "if i in (rank, 2 * world - 1 - rank)]", "if i in (rank, world + rank)]",
+             r"predicted != counted: causal pairs on the busiest rank"),
     # --- experts
     Mutation("expert/moe.py", "the replicated router's gradient not all-reduced",
              tr(2, "expert/moe.py"),
