@@ -152,6 +152,17 @@ MUTATIONS = [
              "        out.backward(cdout)",
              "        out.backward(dout.chunk(world, dim=2)[rank])",
              r"context_parallel\(\) != full attention"),
+    Mutation("context/cp_rotate.py",
+             "the rotate method never set: every ring call keeps the default all-gather",
+             tr(2, "context/cp_rotate.py"),
+             "    set_rotate_method(method)", "    set_rotate_method(\"allgather\")",
+             r"predicted != counted or ring != full attention: "
+             r"K/V held at once per rank, alltoall"),
+    Mutation("context/cp_balance.py",
+             "the tail chunk counted from the middle: chunks r and n+r of each document",
+             tr(2, "context/cp_balance.py"),
+             "if i in (rank, 2 * world - 1 - rank)]", "if i in (rank, world + rank)]",
+             r"predicted != counted: causal pairs on the busiest rank"),
     # --- experts
     Mutation("expert/moe.py", "the replicated router's gradient not all-reduced",
              tr(2, "expert/moe.py"),
