@@ -175,6 +175,20 @@ MUTATIONS = [
              "dist.all_to_all_single(got.view(-1, H), buf.view(-1, H))",
              "dist.all_to_all_single(got.view(-1, H), buf.flip(0).view(-1, H))",
              r"predicted != counted or not equal to one process: .*not as one process"),
+    Mutation("expert/grouped.py",
+             "offs from the counts in reverse order: each expert's rows multiplied by "
+             "another expert's weights",
+             py("expert/grouped.py"),
+             "offs = counts.cumsum(0).to(torch.int32)",
+             "offs = counts.flip(0).cumsum(0).to(torch.int32)",
+             r"predicted != counted or grouped != loop: .*output"),
+    Mutation("expert/dedup.py",
+             "the deduplication forgotten: the per-rank dispatch sends a token once per "
+             "expert, the outputs still equal",
+             tr(2, "expert/dedup.py"),
+             "    if dedup:  # one row per (token, rank)",
+             "    if False:  # one row per (token, rank)",
+             r"predicted != counted or not equal to one process: .*per rank, token rows out"),
     # --- model parallelism: one process, FSDP, TP, 2-D
     Mutation("model_parallel/naive.py",
              "the activation detached at the stage boundary: stage 0 learns nothing",
