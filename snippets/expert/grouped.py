@@ -90,6 +90,14 @@ try:  # bfloat16 rows of H = 4 values, 8 B: the kernels want strides of 16 B
     print("bfloat16 rows of 8 B: accepted")
 except RuntimeError as e:
     print(f"bfloat16 rows of 8 B: RuntimeError: {e}")
+try:  # the gradient of .sum() is one value expanded, with strides 0
+    grouped(rows.requires_grad_(), counts, w1, w3, w2).sum().backward()
+    print("grouped(...).sum().backward(): accepted")
+except RuntimeError as e:
+    print(f"grouped(...).sum().backward(): RuntimeError:\n  {e}")
+out = grouped(rows, counts, w1, w3, w2)
+out.backward(torch.ones_like(out))  # the same gradient, in memory of its own
+print("grouped(...).backward(torch.ones_like(out)): accepted")
 if failed:
     sys.exit(f"predicted != counted or grouped != loop: {failed}")
 # --8<-- [end:check]
