@@ -1,8 +1,8 @@
 """The private APIs the planning page (docs/*/model-parallel/plan.md), the page on every
-dimension at once (all-dims.md) and the pipeline page (pipeline.md) teach exist in the torch
-the suite runs. They are private (an underscore, or torch.testing._internal) and may change or
-vanish in any release; when one does, this test names it before the page's programs fail with a
-traceback."""
+dimension at once (all-dims.md), the pipeline page (pipeline.md) and the expert page
+(expert/index.md) teach exist in the torch the suite runs. They are private (an underscore,
+or torch.testing._internal) and may change or vanish in any release; when one does, this test
+names it before the page's programs fail with a traceback."""
 
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ PRIVATE = [
      "pipeline_fsdp.py: the parameter group whose shards and unsharded tensors it counts"),
     ("torch.distributed.fsdp._fully_shard._fsdp_param_group", "FSDPParamGroup",
      "pipeline_fsdp.py: its fsdp_params, each with sharded_param and _unsharded_param"),
+    ("torch", "_grouped_mm", "expert/grouped.py, dedup.py: the experts as grouped GEMMs"),
+    ("torch.distributed._functional_collectives", "all_to_all_single",
+     "expert/dedup.py: the differentiable all-to-all that returns before it is waited on"),
+    ("torch", "ops._c10d_functional.all_to_all_single",
+     "expert/dedup.py: the op whose output splits the dispatch mode counts"),
 ]
 
 
@@ -45,7 +50,8 @@ def test_private_api_exists(module, name, use):
     assert found is not None, (f"torch {torch.__version__}: {why}. The site uses it "
                                f"for {use}: rewrite that program (plan.py, local.py, all_dims*.py, "
                                "pipeline_fsdp.py in "
-                               "snippets/model_parallel/) and its page for this torch.")
+                               "snippets/model_parallel/; grouped.py, dedup.py in "
+                               "snippets/expert/) and its page for this torch.")
 
 
 def test_the_fake_backend_is_registered():
