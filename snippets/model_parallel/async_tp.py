@@ -121,7 +121,6 @@ from torch.distributed import _symmetric_memory as symm_mem  # noqa: E402
 
 group = dist.group.WORLD.group_name
 show(f"torch._inductor.config._micro_pipeline_tp: {inductor_config._micro_pipeline_tp}")
-show(f"NCCL in this torch: {dist.is_nccl_available()}")
 before = symm_mem.is_symm_mem_enabled_for_group(group)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
