@@ -101,7 +101,7 @@ with CountMatmuls() as mm_rs:
     total = total + h[rank * rows:(rank + 1) * rows] @ w_down  # this rank's own part
 # --8<-- [end:scatter]
 # --8<-- [start:report]
-shard_bytes = rows * H * 4  # one rank's rows in float32: a shard, or partial sums
+shard_bytes = rows * H * 4  # one rank's rows, float32: a shard, or a block of partial sums
 errors = {"all-gather + matmul": relative(got_up, want_up),
           "matmul + reduce-scatter": relative(total, want_down)}
 for (name, err), mode in zip(errors.items(), (mm_ag, mm_rs)):
