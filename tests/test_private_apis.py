@@ -1,5 +1,6 @@
-"""The private APIs the site's programs use (each entry names its program) exist in the torch
-the suite runs. They are private (an underscore,
+"""The private APIs the planning page (docs/*/model-parallel/plan.md), the page on every
+dimension at once (all-dims.md), the pipeline page (pipeline.md) and the expert page
+(expert/index.md) teach exist in the torch the suite runs. They are private (an underscore,
 or torch.testing._internal) and may change or vanish in any release; when one does, this test
 names it before the page's programs fail with a traceback."""
 
@@ -33,22 +34,6 @@ PRIVATE = [
      "expert/dedup.py: the differentiable all-to-all that returns before it is waited on"),
     ("torch", "ops._c10d_functional.all_to_all_single",
      "expert/dedup.py: the op whose output splits the dispatch mode counts"),
-    ("torch.distributed.tensor.experimental._context_parallel._attention",
-     "_templated_ring_attention",
-     "context/cp_rotate.py: the ring that context_parallel() runs with CUDA's kernels"),
-    ("torch.distributed.tensor.experimental._context_parallel._attention",
-     "_templated_ring_attention_backward",
-     "context/cp_rotate.py: the ring's backward"),
-    ("torch.distributed.tensor.experimental._attention", "set_rotate_method",
-     "context/cp_rotate.py: allgather or alltoall"),
-    ("torch.distributed.tensor.experimental._attention", "_context_parallel_shard",
-     "context/cp_balance.py: the positions each rank gets"),
-    ("torch.distributed.tensor.experimental._attention", "_PerDocumentHeadTailLoadBalancer",
-     "context/cp_balance.py: the balancer for packed documents"),
-    ("torch.distributed._symmetric_memory", "is_symm_mem_enabled_for_group",
-     "model_parallel/async_tp.py: the switch async TP's Inductor pass asks"),
-    ("torch._inductor.config", "_micro_pipeline_tp",
-     "model_parallel/async_tp.py: the flag that turns async TP on"),
 ]
 
 
@@ -63,7 +48,10 @@ def test_private_api_exists(module, name, use):
     else:
         why = f"{module} has no {name}"
     assert found is not None, (f"torch {torch.__version__}: {why}. The site uses it "
-                               f"for {use}: rewrite that program and its page for this torch.")
+                               f"for {use}: rewrite that program (plan.py, local.py, all_dims*.py, "
+                               "pipeline_fsdp.py in "
+                               "snippets/model_parallel/; grouped.py, dedup.py in "
+                               "snippets/expert/) and its page for this torch.")
 
 
 def test_the_fake_backend_is_registered():

@@ -101,7 +101,8 @@ with CountMatmuls() as mm_rs:
     total = total + h[rank * rows:(rank + 1) * rows] @ w_down  # this rank's own part
 # --8<-- [end:scatter]
 # --8<-- [start:report]
-shard_bytes = rows * H * 4  # one rank's rows, float32: a shard, or a block of partial sums
+shard_bytes = rows * H * 4  # float32 activation rows of one rank
+part_bytes = rows * H * 4  # one destination's partial sums
 errors = {"all-gather + matmul": relative(got_up, want_up),
           "matmul + reduce-scatter": relative(total, want_down)}
 for (name, err), mode in zip(errors.items(), (mm_ag, mm_rs)):
@@ -112,7 +113,7 @@ for (name, err), mode in zip(errors.items(), (mm_ag, mm_rs)):
 show(f"received per rank, all-gather + matmul: predicted "
      f"{(world - 1) * shard_bytes:,} B, counted {sum(arrived_ag):,} B")
 show(f"received per rank, matmul + reduce-scatter: predicted "
-     f"{(world - 1) * shard_bytes:,} B, counted {sum(arrived_rs):,} B")
+     f"{(world - 1) * part_bytes:,} B, counted {sum(arrived_rs):,} B")
 # --8<-- [end:report]
 # --8<-- [start:switches]
 from torch._inductor import config as inductor_config  # noqa: E402
@@ -132,7 +133,7 @@ show(f"symmetric memory on for the group: {before} before "
 dist.destroy_process_group()
 bad = [name for name, err in errors.items() if not err < 1e-6]
 if sum(arrived_ag) != (world - 1) * shard_bytes or sum(arrived_rs) != (
-        world - 1) * shard_bytes:
+        world - 1) * part_bytes:
     bad.append("bytes received")
 if mm_ag.mm != world or mm_rs.mm != world:
     bad.append("matmul count")

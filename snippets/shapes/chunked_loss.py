@@ -1,7 +1,7 @@
 """Cross-entropy over a vocabulary in chunks of tokens, against the full one: the same
-loss and gradients, while autograd keeps no s·b × V matrix for backward and the
-largest token × vocabulary tensor is one chunk's. Counted by saved-tensor hooks and a
-dispatch mode."""
+loss and gradients, while autograd keeps no s·b × V matrix for backward and the largest
+token × vocabulary tensor is one chunk's. Counted by saved-tensor hooks and a dispatch
+mode."""
 
 import argparse
 
